@@ -142,7 +142,8 @@ def core_sharing(step_means: Mapping[int, float]) -> dict[str, float]:
     return {str(w): float(step_means[w] / base) for w in sorted(step_means)}
 
 
-def fit_from_measurements(measured, gradient_bytes: Mapping[str, int]) -> dict:
+def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
+                          buffer_bytes: Mapping[str, int] | None = None) -> dict:
     """The ``fit`` section of a profile from a ``Measured`` record (see profile.py): gamma
     from ``reduction``, alpha/beta from ``allreduce``, compute from ``compute_only['1']``,
     core sharing from ``compute_only``. Never reads the training step times."""
@@ -170,6 +171,7 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int]) -> dict:
         "compute": compute,
         "core_sharing": factors,
         "gradient_bytes": dict(gradient_bytes),
+        "buffer_bytes": dict(buffer_bytes or {}),
         "residuals": residuals,
         "rms_relative_residual": rms,
     }

@@ -205,6 +205,12 @@ def gradient_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
 
 
+def buffer_bytes(module: nn.Module) -> int:
+    """Bytes of ``module``'s buffers (BatchNorm statistics): what DDP's broadcast_buffers
+    sends from rank 0 before a forward."""
+    return sum(b.numel() * b.element_size() for b in module.buffers())
+
+
 def _load_custom_factory(spec: str, field: str) -> ModelFactory:
     target, _, attr = spec.rpartition(":")
     if not target or not attr:

@@ -15,7 +15,7 @@ import torch
 
 from . import runner
 from .fit import fit_from_measurements, phase_means
-from .models import build_model, gradient_bytes
+from .models import buffer_bytes, build_model, gradient_bytes
 from .phases import STEP
 from .profile import (
     AllreducePoint,
@@ -104,7 +104,7 @@ def format_sweep_table(rows: Sequence[dict], world_size: int, backend: str) -> s
     busbw = algbw * 2 (n - 1) / n)."""
     lines = [
         f"# all_reduce sum, float32, world size {world_size}, backend {backend}; "
-        "time = median over iterations of the slowest rank",
+        "time = mean over iterations of the slowest rank",
         f"#{'size':>11} {'count':>12} {'type':>7} {'time':>11} {'algbw':>8} {'busbw':>8}",
         f"#{'(B)':>11} {'(elements)':>12} {'':>7} {'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8}",
     ]
@@ -178,8 +178,9 @@ class _Recorder:
         elif task == "sweep":
             rows = result["rows"]
             m.allreduce = [p for p in m.allreduce if p.world_size != ws] + [
-                AllreducePoint(world_size=r["world_size"], bytes=r["bytes"],
-                               time_s=r["time_s"], iters=r["iters"]) for r in rows]
+                AllreducePoint(world_size=r["world_size"], bytes=r["bytes"], time_s=r["time_s"],
+                               iters=r["iters"], median_s=r.get("median_s"),
+                               samples_s=r.get("samples_s", [])) for r in rows]
             self.log(format_sweep_table(rows, ws, cfg.backend))
         elif task == "reduce":
             m.reduction = [ReductionPoint(bytes=r["bytes"], time_s=r["time_s"],
@@ -216,6 +217,7 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
     torchrun = runner.launched_by_torchrun()
     g, d, _, _ = build_model(cfg.model)
     grad_bytes = {"discriminator": gradient_bytes(d), "generator": gradient_bytes(g)}
+    buf_bytes = {"discriminator": buffer_bytes(d), "generator": buffer_bytes(g)}
     del g, d
     rank = 0
     device = local = None
@@ -231,7 +233,8 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
             f"batch {cfg.batch_size}/rank, {cfg.steps} steps ({cfg.warmup} warm-up), "
             f"world sizes {','.join(map(str, opts.world_sizes))}, {provenance.cores} cores, "
             f"threads/rank {cfg.threads or 'default'}; gradients D {grad_bytes['discriminator']} B, "
-            f"G {grad_bytes['generator']} B")
+            f"G {grad_bytes['generator']} B; buffers D {buf_bytes['discriminator']} B, "
+            f"G {buf_bytes['generator']} B")
     load = provenance.load_average_start
     if load is not None and not torchrun and load > 0.5:
         rec.log(f"warning: load average {load:.2f} on {provenance.cores} cores before starting: "
@@ -252,7 +255,7 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
             dist.destroy_process_group()
         if rank != 0:
             return None
-        fit = fit_from_measurements(rec.measured, grad_bytes)
+        fit = fit_from_measurements(rec.measured, grad_bytes, buf_bytes)
         provenance = provenance.model_copy(update={"load_average_end": _load_average()})
         profile = Profile.model_validate({
             "schema": 1,

@@ -84,8 +84,10 @@ class Provenance(_Model):
 class AllreducePoint(_Model):
     world_size: int = Field(ge=2)
     bytes: int = Field(gt=0)
-    time_s: float = Field(gt=0)
+    time_s: float = Field(gt=0)  # mean over the timed iterations of the slowest rank
     iters: Optional[int] = None
+    median_s: Optional[float] = None
+    samples_s: list[float] = Field(default_factory=list)  # every timed iteration, slowest rank
 
 
 class ReductionPoint(_Model):
@@ -121,6 +123,13 @@ class GradientBytes(_Model):
     generator: int = Field(gt=0)
 
 
+class BufferBytes(_Model):
+    """Each network's buffers (BatchNorm statistics; 0 without), for DDP's broadcast_buffers."""
+
+    discriminator: int = Field(default=0, ge=0)
+    generator: int = Field(default=0, ge=0)
+
+
 class Fit(_Model):
     allreduce_model: Literal["ring"] = "ring"
     alpha_s: float = Field(ge=0)
@@ -129,6 +138,7 @@ class Fit(_Model):
     compute: dict[str, float]
     core_sharing: dict[str, float] = Field(default_factory=dict)
     gradient_bytes: GradientBytes
+    buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)
     residuals: dict[str, dict[str, float]] = Field(default_factory=dict)
     rms_relative_residual: Optional[float] = None
 

@@ -42,6 +42,7 @@ def profile_workload(profile: Profile) -> GanWorkload:
         name=prov.model, d_params=d_bytes // 4, g_params=g_bytes // 4, bytes_per_param=4,
         d_steps_per_g_step=prov.d_steps, d_param_tensors=d_tensors, g_param_tensors=g_tensors,
         measured=phases, architecture=None,
+        d_buffer_bytes=fit.buffer_bytes.discriminator, g_buffer_bytes=fit.buffer_bytes.generator,
     )
 
 
@@ -107,8 +108,9 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         phases = workload.measured
         assert phases is not None
         scaled = phases.slowed(factor)
+        ddp = profile.provenance.mode == "ddp"
         options = TrainingOptions(
-            overlap=profile.provenance.mode == "ddp", bucket_MiB=DDP_BUCKET_MiB,
+            overlap=ddp, broadcast_buffers=ddp, bucket_MiB=DDP_BUCKET_MiB,
             first_bucket_MiB=DDP_FIRST_BUCKET_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
         )
         scenario = Scenario(name="predict", topology=topo.name, workload="calibrated", gpus=[w],

@@ -37,6 +37,7 @@ __all__ = [
     "paper_allreduce_time",
     "paper_t1",
     "paper_t2",
+    "binomial_broadcast_time",
     "parameter_server_time",
     "reduce_to_one_time",
     "ring_time",
@@ -101,8 +102,13 @@ def binomial_tree_time(
     _check(p, n)
     if p == 1:
         return 0.0
-    levels = _ceil_lg(p)
-    return 2 * levels * (alpha + n * beta) + levels * n * gamma
+    return 2 * binomial_broadcast_time(p, n, alpha, beta) + _ceil_lg(p) * n * gamma
+
+
+def binomial_broadcast_time(p: int, n: float, alpha: float, beta: float) -> float:
+    """Binomial-tree broadcast of n bytes from one root: ceil(lg p)(alpha + n beta)."""
+    _check(p, n)
+    return _ceil_lg(p) * (alpha + n * beta)
 
 
 @CLOSED_FORMS.register("reduce_to_one")

@@ -32,6 +32,7 @@ __all__ = [
     "ALGORITHMS",
     "Schedule",
     "Step",
+    "broadcast",
     "build_schedule",
     "execute_on_arrays",
     "segment_bounds",
@@ -226,11 +227,26 @@ def tree(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
         d = 1 << k
         src = np.arange(d, ranks, 2 * d, dtype=np.int64)
         steps.append(_step(src, src - d, 0, count, True))
-    for k in reversed(range(levels)):
+    return _schedule("tree", ranks, count, steps + _binomial_broadcast_steps(ranks, count))
+
+
+def _binomial_broadcast_steps(ranks: int, count: int) -> list[Step | None]:
+    """Rank 0's whole buffer to every rank in ceil(lg p) steps: in step k (counting down)
+    the ranks that are multiples of 2^(k+1) send to r + 2^k."""
+    steps: list[Step | None] = []
+    for k in reversed(range((ranks - 1).bit_length())):
         d = 1 << k
         dst = np.arange(d, ranks, 2 * d, dtype=np.int64)
         steps.append(_step(dst - d, dst, 0, count, False))
-    return _schedule("tree", ranks, count, steps)
+    return steps
+
+
+def broadcast(ranks: int, count: int) -> Schedule:
+    """A binomial-tree broadcast from rank 0 (gloo's and MPI's for small messages; what
+    DDP's broadcast_buffers issues). Not an all-reduce, so not in ALGORITHMS."""
+    if int(ranks) != ranks or ranks < 1 or int(count) != count or count < 1:
+        raise ValueError(f"broadcast needs ranks >= 1 and count >= 1, got {ranks!r}, {count!r}")
+    return _schedule("broadcast", int(ranks), int(count), _binomial_broadcast_steps(int(ranks), int(count)))
 
 
 @ALGORITHMS.register("halving_doubling")

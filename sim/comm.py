@@ -10,9 +10,9 @@ from typing import Callable
 
 import numpy as np
 
-from .closed_forms import closed_form_time, paper_allreduce_time
+from .closed_forms import binomial_broadcast_time, closed_form_time, paper_allreduce_time
 from .cluster import Cluster
-from .collectives import Schedule, build_schedule
+from .collectives import Schedule, broadcast, build_schedule
 from .engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
 from .network import distinct
 from .errors import UserInputError
@@ -53,6 +53,21 @@ class Communicator:
         model = COST_MODELS.get(self.cost_model, field="cost_model")
         before = self.graph.size
         exits = model(self, entry, nbytes, label)
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        return exits
+
+    def broadcast(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        """A binomial-tree broadcast of `nbytes` from rank 0, played on the network (flow
+        cost model) or charged by its closed form (the others; the paper has no broadcast,
+        so `paper` charges the alpha-beta form too)."""
+        before = self.graph.size
+        if self.cost_model == "flow":
+            count = max(1, int(np.ceil(nbytes / self.element_bytes)))
+            exits = play_schedule(self, entry, broadcast(self.cluster.ranks, count), nbytes, label)
+        else:
+            link = self.link_parameters()
+            seconds = binomial_broadcast_time(self.cluster.ranks, nbytes, link.alpha_s, link.beta_s_per_byte)
+            exits = _closed_form_delay(self, entry, seconds, label)
         self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
         return exits
 
@@ -110,15 +125,21 @@ _BLOCK_CELLS = 1 << 21
 
 @COST_MODELS.register("flow")
 def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
-    """Play the schedule: a transfer of step k starts when its sender and its receiver have
+    """Play the all-reduce algorithm's schedule on the network (see play_schedule)."""
+    count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
+    groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
+    return play_schedule(comm, entry, _schedule(comm.algorithm, comm.cluster.ranks, count, groups), nbytes, label)
+
+
+def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nbytes: float,
+                  label: str) -> np.ndarray:
+    """Play a schedule: a transfer of step k starts when its sender and its receiver have
     both finished their earlier steps (per-rank rendezvous); after receiving a reduce step
     a rank spends gamma per byte reduced. With chunks, the buffer is cut into pieces that
     run the schedule one after another on every pair, so they pipeline."""
     cluster, graph = comm.cluster, comm.graph
     p = cluster.ranks
-    count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
-    groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
-    schedule = _schedule(comm.algorithm, p, count, groups)
+    count = schedule.count
     participants = tuple(cluster.rank_nodes) + tuple(
         _extra_node(cluster, name) for name in schedule.extra_participants
     )

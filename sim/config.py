@@ -86,6 +86,8 @@ class NetworkFigures(Strict):
     forward_s: float = Field(ge=0, allow_inf_nan=False)
     backward_s: float = Field(ge=0, allow_inf_nan=False)
     optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+    # non-parameter state (BatchNorm running statistics), for options.broadcast_buffers
+    buffer_bytes: int = Field(default=0, ge=0)
 
 
 class GanNetworks(Strict):
@@ -157,6 +159,11 @@ class TrainingOptions(Strict):
     # activation checkpointing (seed 002 "recomputation"): less activation memory, one more
     # forward pass of compute per step (sim/memory.py: recompute_extra_forward)
     recompute: bool = False
+    # PyTorch DDP's broadcast_buffers (its default is on): a network with buffers (BatchNorm
+    # statistics) broadcasts them from rank 0 before its forward. DDP does it only when the
+    # previous forward of that network ran with grad, which in a GAN loop (G's forward for
+    # the fakes runs without) is once per step per network; that is what is simulated.
+    broadcast_buffers: bool = False
 
 
 # ----------------------------------------------------------------------------- what-ifs

@@ -97,8 +97,15 @@ class StepBuilder:
         return quantize_seconds(wire_bytes / bytes_per_gradient_element(dtype), dtype, self.bandwidth_GBps)
 
     def network_step(self, after: np.ndarray, net: str, forward: float, backward: float, optimizer: float,
-                     tensors: tuple[int, ...], bytes_per_param: float, recompute: float = 0.0) -> np.ndarray:
+                     tensors: tuple[int, ...], bytes_per_param: float, recompute: float = 0.0,
+                     buffers: tuple[tuple[str, float], ...] = ()) -> np.ndarray:
+        """One network's forward, backward (with its gradient all-reduce) and optimizer;
+        `buffers` (network, bytes) are broadcast from rank 0 first (DDP's broadcast_buffers)."""
         opts = self.point.options
+        if opts.broadcast_buffers and self.cluster.ranks > 1:
+            for owner, nbytes in buffers:
+                if nbytes > 0:
+                    after = self.comm.broadcast(after, nbytes, f"{owner} buffers broadcast")
         done_forward = self.compute(after, forward, f"{net} forward")
         if recompute > 0:  # activation checkpointing: the forward again, inside backward
             done_forward = self.compute(done_forward, recompute, f"{net} recompute")
@@ -144,9 +151,12 @@ class StepBuilder:
             after = prep
         bytes_per_param = wire_bytes_per_param(workload, opts)
         d_again, g_again = recompute_extra_forward(phases) if opts.recompute else (0.0, 0.0)
+        # DDP broadcasts a network's buffers once per step (see TrainingOptions.broadcast_buffers):
+        # G's at the D step, where its forward makes the fakes, D's at its first D step
+        once = (("G", float(workload.g_buffer_bytes)), ("D", float(workload.d_buffer_bytes)))
         for k in range(workload.d_steps_per_g_step):
             after = self.network_step(after, "D", phases.d_forward_s, phases.d_backward_s, phases.d_optimizer_s,
-                                      workload.d_param_tensors, bytes_per_param, d_again)
+                                      workload.d_param_tensors, bytes_per_param, d_again, once if k == 0 else ())
         return self.network_step(after, "G", phases.g_forward_s, phases.g_backward_s, phases.g_optimizer_s,
                                  workload.g_param_tensors, bytes_per_param, g_again)
 

@@ -18,6 +18,7 @@ class Layer:
     params: int
     macs_per_sample: int  # multiply-accumulates of the forward pass for one sample
     kernels: int  # forward kernel launches (what dominates tiny layers on a GPU)
+    buffer_bytes: int = 0  # state that is not a parameter (BatchNorm's running statistics)
 
 
 def dense(n_in: int, n_out: int, *, bias: bool = True, kernels: int = 2) -> Layer:
@@ -25,8 +26,10 @@ def dense(n_in: int, n_out: int, *, bias: bool = True, kernels: int = 2) -> Laye
 
 
 def batch_norm(features: int, positions: int = 1) -> Layer:
-    # learnable scale and shift; running statistics are buffers, not parameters
-    return Layer(f"batchnorm {features}", 2 * features, 2 * features * positions, 2)
+    # learnable scale and shift; the running mean and variance (float32) and the int64 batch
+    # count are buffers, which DDP broadcasts from rank 0 (broadcast_buffers)
+    return Layer(f"batchnorm {features}", 2 * features, 2 * features * positions, 2,
+                 buffer_bytes=2 * features * 4 + 8)
 
 
 def conv(c_in: int, c_out: int, k: int, out_hw: int, *, bias: bool = True) -> Layer:
@@ -58,6 +61,10 @@ class Network:
     @property
     def kernels(self) -> int:
         return sum(layer.kernels for layer in self.layers)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(layer.buffer_bytes for layer in self.layers)
 
     def param_tensors(self) -> list[int]:
         """Parameter sizes in backward (gradient-ready) order: last layer first."""
@@ -213,6 +220,10 @@ class GanWorkload:
     # Either fixed measured phases at a reference batch, or an architecture to cost by FLOPs.
     measured: StepPhases | None
     architecture: GanArchitecture | None
+    # bytes of each network's buffers (BatchNorm statistics), broadcast when the training
+    # options say broadcast_buffers
+    d_buffer_bytes: int = 0
+    g_buffer_bytes: int = 0
 
     def phases(self, batch: float, device_tflops: float | None, options: TrainingOptions,
                *, source: str | None = None) -> StepPhases:
@@ -256,6 +267,7 @@ def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec, per_gp
             bytes_per_param=4, d_steps_per_g_step=1,
             d_param_tensors=tuple(arch.discriminator.param_tensors()),
             g_param_tensors=tuple(arch.generator.param_tensors()), measured=None, architecture=arch,
+            d_buffer_bytes=arch.discriminator.buffer_bytes, g_buffer_bytes=arch.generator.buffer_bytes,
         )
     d, g = spec.networks.discriminator, spec.networks.generator
     measured = phases_from_networks(
@@ -265,5 +277,5 @@ def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec, per_gp
     return GanWorkload(
         name=spec.name, d_params=d.params, g_params=g.params, bytes_per_param=spec.bytes_per_param,
         d_steps_per_g_step=spec.d_steps_per_g_step, d_param_tensors=(d.params,), g_param_tensors=(g.params,),
-        measured=measured, architecture=None,
+        measured=measured, architecture=None, d_buffer_bytes=d.buffer_bytes, g_buffer_bytes=g.buffer_bytes,
     )

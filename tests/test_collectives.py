@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sim.collectives import (
+    broadcast,
     ALGORITHMS,
     Schedule,
     Step,
@@ -300,3 +301,13 @@ def test_step_arrays_are_read_only_int64() -> None:
         step.lo[0] = 5
     with pytest.raises(ValueError, match="same length"):
         Step(src=[0, 1], dst=[1], lo=[0, 0], hi=[1, 1], reduce=True)
+
+
+@pytest.mark.parametrize("p", range(1, 18))
+def test_broadcast_gives_every_rank_rank_zeros_buffer(p: int) -> None:
+    schedule = broadcast(p, 7)
+    _assert_well_formed(schedule)
+    assert len(schedule.steps) == (p - 1).bit_length()  # ceil(lg p) rounds
+    data = np.random.default_rng(p).normal(size=(p, 7))
+    out = execute_on_arrays(schedule, data)
+    assert np.array_equal(out, np.repeat(data[:1], p, axis=0))

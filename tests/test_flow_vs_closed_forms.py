@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.closed_forms import binomial_tree_time, halving_doubling_time, paper_allreduce_time, ring_time
+from sim.closed_forms import binomial_broadcast_time, binomial_tree_time, halving_doubling_time, paper_allreduce_time, ring_time
 from sim.config import Scenario, TrainingOptions
 from sim.scenario import simulate_point
 from sim.topology import topology_from_dict
@@ -74,3 +74,26 @@ def test_contention_makes_flow_slower_than_alpha_beta_on_a_shared_root_complex()
     flow = allreduce_time(topo, 4, "reduce_to_one", "flow", nbytes)
     single = allreduce_time(topo, 2, "reduce_to_one", "flow", nbytes)
     assert flow == pytest.approx(3 * single, rel=0.01)  # three senders share host->gpu0
+
+
+def _gan_step_time(gpus: int, cost_model: str, **options) -> float:
+    workload = {"name": "bn-gan", "d_steps_per_g_step": 2, "networks": {
+        "discriminator": {"params": 1000, "forward_s": 1e-3, "backward_s": 2e-3, "optimizer_s": 1e-4,
+                          "buffer_bytes": 1032},
+        "generator": {"params": 5000, "forward_s": 2e-3, "backward_s": 4e-3, "optimizer_s": 2e-4,
+                      "buffer_bytes": 17616}}}
+    scenario = Scenario(name="t", topology="fc", workload=workload, gpus=[gpus], algorithms=["ring"],
+                        cost_model=cost_model, steps=2, options=TrainingOptions(**options))
+    return simulate_point(scenario, fully_connected(gpus), gpus, "ring")["step_time_s"]
+
+
+@pytest.mark.parametrize("cost_model", ["flow", "alpha_beta"])
+@pytest.mark.parametrize("gpus", [2, 5, 8])
+def test_buffer_broadcasts_cost_one_binomial_broadcast_per_network_per_step(cost_model, gpus):
+    # DDP's broadcast_buffers: G's and D's buffers once a step, however many D steps
+    alpha, beta = ALPHA_US * 1e-6, 1 / (BW_GBPS * 1e9)
+    extra = binomial_broadcast_time(gpus, 17616, alpha, beta) + binomial_broadcast_time(gpus, 1032, alpha, beta)
+    plain = _gan_step_time(gpus, cost_model)
+    with_buffers = _gan_step_time(gpus, cost_model, broadcast_buffers=True)
+    assert with_buffers - plain == pytest.approx(extra, rel=1e-9)
+    assert _gan_step_time(1, cost_model, broadcast_buffers=True) == pytest.approx(_gan_step_time(1, cost_model))

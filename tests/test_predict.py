@@ -14,7 +14,8 @@ from sim.cli import main
 PHASES = ("data_s", "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s")
 
 
-def profile(*, alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.1, mode="flat", measured_ws2=0.09) -> Profile:
+def profile(*, alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.1, mode="flat", measured_ws2=0.09,
+            buffers=None) -> Profile:
     alone = {name: compute for name in PHASES}
     return Profile.model_validate({
         "schema": 1,
@@ -24,7 +25,8 @@ def profile(*, alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.1, mode="flat", me
                      "phases": {"1": dict(alone, step_s=7 * compute), "2": {"step_s": measured_ws2}}},
         "fit": {"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": 0.0,
                 "compute": dict(alone, step_s=7 * compute), "core_sharing": {"1": 1.0, "2": sharing},
-                "gradient_bytes": {"discriminator": 935940, "generator": 8205536}},
+                "gradient_bytes": {"discriminator": 935940, "generator": 8205536},
+                "buffer_bytes": buffers or {}},
     })
 
 
@@ -91,3 +93,13 @@ def test_bad_profile_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "p.json" in err[0]
     assert main(["predict", "--profile", str(tmp_path / "p.json"), "--world-sizes", "0,2"]) == 2
+
+
+def test_ddp_pays_one_broadcast_of_the_generators_batchnorm_statistics_per_step():
+    # DDP (broadcast_buffers, its default) sends G's running statistics from rank 0 once a
+    # step; the flat all-reduce runner does not use DDP, so it sends none
+    buffers = {"discriminator": 0, "generator": 17616}
+    ddp_plain, ddp_buffers = profile(mode="ddp"), profile(mode="ddp", buffers=buffers)
+    assert step(ddp_buffers, 2) - step(ddp_plain, 2) == pytest.approx(2e-4 + 17616 * 1e-9, rel=1e-6)
+    assert step(ddp_buffers, 1) == pytest.approx(step(ddp_plain, 1))
+    assert step(profile(mode="flat", buffers=buffers), 2) == pytest.approx(step(profile(mode="flat"), 2))

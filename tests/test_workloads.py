@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.models import build_model, trainable_parameters
+from calibrate.models import buffer_bytes, build_model, trainable_parameters
 from sim.workloads import ARCHITECTURES
 
 
@@ -14,6 +14,9 @@ def test_simulated_and_calibrated_networks_have_the_same_parameters(name):
     generator, discriminator, _latent, _shape = build_model(name)
     assert arch.generator.params == trainable_parameters(generator)
     assert arch.discriminator.params == trainable_parameters(discriminator)
+    # what DDP's broadcast_buffers sends (BatchNorm running statistics and batch count)
+    assert arch.generator.buffer_bytes == buffer_bytes(generator)
+    assert arch.discriminator.buffer_bytes == buffer_bytes(discriminator)
 
 
 def test_paper_gan_matches_seed_002_table_2():
