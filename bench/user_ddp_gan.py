@@ -16,7 +16,8 @@ Usage::
     torchrun --nproc-per-node 2 bench/user_ddp_gan.py --steps 60 --warmup 10
 
 It prints the mean step time (s) per world size (wall time of the timed steps between two
-barriers, divided by their number), and with ``--json`` one JSON object on stdout.
+barriers, divided by their number; with ``--repeats N`` the mean over N fresh runs per world
+size, run in turn), and with ``--json`` one JSON object on stdout.
 """
 
 import argparse
@@ -158,26 +159,29 @@ def main():
     parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="fresh runs per world size, interleaved; the mean over them is reported")
     parser.add_argument("--json", action="store_true", help="print a JSON object on stdout")
     args = parser.parse_args()
-    if args.steps < 1 or args.warmup < 0 or args.batch_size < 1:
-        parser.error("need --steps >= 1, --warmup >= 0, --batch-size >= 1")
+    if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.repeats < 1:
+        parser.error("need --steps >= 1, --warmup >= 0, --batch-size >= 1, --repeats >= 1")
 
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # inherited by the spawned ranks
-    times = {}
-    for ws in [int(w) for w in args.world_sizes.split(",")]:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(free_port())
-        results = mp.get_context("spawn").SimpleQueue()
-        mp.spawn(train, args=(ws, args, results), nprocs=ws, join=True)
-        _, mean_step, _, _ = results.get()
-        times[ws] = mean_step
-        print(f"[world size {ws} done: {mean_step:.6f} s/step]", file=sys.stderr, flush=True)
-    report(times, args)
+    runs = {}
+    for _ in range(args.repeats):
+        for ws in [int(w) for w in args.world_sizes.split(",")]:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            os.environ["MASTER_PORT"] = str(free_port())
+            results = mp.get_context("spawn").SimpleQueue()
+            mp.spawn(train, args=(ws, args, results), nprocs=ws, join=True)
+            _, mean_step, _, _ = results.get()
+            runs.setdefault(ws, []).append(mean_step)
+            print(f"[world size {ws} done: {mean_step:.6f} s/step]", file=sys.stderr, flush=True)
+    report({ws: sum(t) / len(t) for ws, t in runs.items()}, args)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                    help="training steps per run, warm-up included (default 30)")
     p.add_argument("--warmup", default="5", metavar="N",
                    help="warm-up steps dropped from the samples (default 5)")
+    p.add_argument("--repeats", default="3", metavar="N",
+                   help="fresh spawns per world size, interleaved and pooled: a process's "
+                        "speed on a shared machine varies from one start to the next "
+                        "(default 3)")
     p.add_argument("--out", default="profile.json", metavar="FILE",
                    help="profile to write (default profile.json); progress is kept in "
                         "FILE's .partial.json until the run succeeds")
@@ -65,7 +69,8 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                    help="all-reduce sweep sizes in bytes, doubling from LO to HI "
                         "(K/M/G = KiB/MiB/GiB; default 4K:64M)")
     p.add_argument("--sweep-iters", default="0", metavar="N",
-                   help="timed iterations per sweep size (default 0 = 20/10/5 by size)")
+                   help="timed iterations per sweep size and repeat (default 0 = 50/20/8 "
+                        "up to 1 MiB / 16 MiB / beyond)")
     p.add_argument("--d-steps", default="1", metavar="K",
                    help="discriminator steps per generator step (default 1)")
     p.add_argument("--seed", default="0", metavar="N", help="random seed (default 0)")
@@ -170,6 +175,7 @@ def validate_args(args) -> dict:
         "batch_size": _int(args.batch_size, "--batch-size", minimum=1),
         "steps": _int(args.steps, "--steps", minimum=1),
         "warmup": _int(args.warmup, "--warmup", minimum=0),
+        "repeats": _int(args.repeats, "--repeats", minimum=1),
         "out": _check_out(args.out),
         "mode": str(args.mode).strip(),
         "threads": _int(args.threads, "--threads", minimum=0),
@@ -247,7 +253,7 @@ def run_calibrate(args) -> int:
         sweep_iters=values["sweep_iters"],
     )
     opts = pipeline.CalibrationOptions(world_sizes=values["world_sizes"], out=values["out"],
-                                       run=cfg)
+                                       repeats=values["repeats"], run=cfg)
     from .profile import partial_path
 
     try:

@@ -171,7 +171,7 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         "compute": compute,
         "core_sharing": factors,
         "gradient_bytes": dict(gradient_bytes),
-        "buffer_bytes": dict(buffer_bytes or {}),
+        "buffer_bytes": {"discriminator": 0, "generator": 0, **(buffer_bytes or {})},
         "residuals": residuals,
         "rms_relative_residual": rms,
     }

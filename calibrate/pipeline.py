@@ -7,6 +7,7 @@ import datetime as _dt
 import os
 import platform
 import socket
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -36,6 +37,7 @@ Log = Callable[[str], None]
 class CalibrationOptions:
     world_sizes: tuple[int, ...] = (1, 2)
     out: str = "profile.json"
+    repeats: int = 3  # spawns per world size, interleaved, pooled
     run: runner.RunConfig = runner.RunConfig()
 
 
@@ -91,6 +93,7 @@ def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
         python=platform.python_version(),
         steps=cfg.steps,
         warmup=cfg.warmup,
+        repeats=opts.repeats,
         d_steps=cfg.d_steps,
         world_sizes=list(opts.world_sizes),
         launcher=launcher,
@@ -142,46 +145,55 @@ class _Recorder:
                              stages_done=list(self.stages), error=error)
         write_profile_atomic(doc, self.partial)
 
-    def on_task(self, world_size: int) -> Callable[[str, Any], None]:
+    def on_task(self, world_size: int, repeat: int = 0) -> Callable[[str, Any], None]:
         def handle(task: str, result: Any) -> None:
             self.record(world_size, task, result)
-            self.stages.append(f"{task}@{world_size}")
+            self.stages.append(f"{task}@{world_size}" + (f"#{repeat + 1}" if self.opts.repeats > 1 else ""))
             self.save_partial()
 
         return handle
 
     def record(self, ws: int, task: str, result: Any) -> None:
+        """Add one spawn's results. Repeats pool: every figure is over all the samples of
+        all the spawns so far (a process's speed on a shared VM is a lottery, and ranks
+        placed in one spawn are not placed in the next)."""
         key = str(ws)
         m = self.measured
         cfg = self.opts.run
         if task in ("train", "compute"):
-            ranks = [RankSamples(rank=r["rank"], phases=r["phases"]) for r in result["ranks"]]
-            means = phase_means(result["ranks"])
+            pooled = _pool(m.samples if task == "train" else m.compute_samples, key, result["ranks"])
+            means = phase_means(pooled)
+            this = phase_means(result["ranks"])
+            kept = len(pooled[0].phases[STEP])
             if task == "train":
-                m.samples[key] = ranks
                 m.phases[key] = means
                 m.step_time_s[key] = means[STEP]
-                self.log(f"  train ({cfg.mode}) world size {ws}: {len(ranks)} ranks x "
-                         f"{cfg.steps - cfg.warmup} kept steps; step {means[STEP] * 1e3:.2f} ms")
+                self.log(f"  train ({cfg.mode}) world size {ws}: {len(pooled)} ranks x {kept} kept steps; "
+                         f"step {this[STEP] * 1e3:.2f} ms this run, {means[STEP] * 1e3:.2f} ms over all")
                 self.log(f"    {_fmt_phases(means)}")
             else:
-                m.compute_samples[key] = ranks
                 m.compute_only[key] = means
                 if result.get("solo"):
-                    m.compute_solo[key] = phase_means(result["solo"])
-                self.log(f"  compute only, {ws} rank(s) at once: step "
-                         f"{means[STEP] * 1e3:.2f} ms")
+                    m.compute_solo[key] = phase_means(_pool(m.compute_solo_samples, key, result["solo"]))
+                self.log(f"  compute only, {ws} rank(s) at once: step {this[STEP] * 1e3:.2f} ms this run, "
+                         f"{means[STEP] * 1e3:.2f} ms over all")
                 if key in m.compute_solo:
-                    self.log(f"  compute only, rank 0 alone just before: step "
-                             f"{m.compute_solo[key][STEP] * 1e3:.2f} ms")
+                    self.log(f"  compute only, rank 0 alone in the same spawns: step "
+                             f"{m.compute_solo[key][STEP] * 1e3:.2f} ms over all")
                 self.log(f"    {_fmt_phases(means)}")
         elif task == "sweep":
             rows = result["rows"]
-            m.allreduce = [p for p in m.allreduce if p.world_size != ws] + [
-                AllreducePoint(world_size=r["world_size"], bytes=r["bytes"], time_s=r["time_s"],
-                               iters=r["iters"], median_s=r.get("median_s"),
-                               samples_s=r.get("samples_s", [])) for r in rows]
-            self.log(format_sweep_table(rows, ws, cfg.backend))
+            before = {p.bytes: p.samples_s for p in m.allreduce if p.world_size == ws}
+            points = []
+            for r in rows:
+                samples = before.get(r["bytes"], []) + list(r.get("samples_s", []))
+                if not samples:  # a row from a runner that kept no samples: its mean only
+                    samples = [r["time_s"]] * r["iters"]
+                points.append(AllreducePoint(
+                    world_size=r["world_size"], bytes=r["bytes"], time_s=statistics.fmean(samples),
+                    iters=len(samples), median_s=statistics.median(samples), samples_s=samples))
+            m.allreduce = [p for p in m.allreduce if p.world_size != ws] + points
+            self.log(format_sweep_table([p.model_dump() for p in points], ws, cfg.backend))
         elif task == "reduce":
             m.reduction = [ReductionPoint(bytes=r["bytes"], time_s=r["time_s"],
                                           iters=r["iters"]) for r in result["rows"]]
@@ -190,16 +202,32 @@ class _Recorder:
                      f"({big['bytes'] / big['time_s'] / 1e9:.2f} GB/s)")
 
 
-def plan(world_sizes: Sequence[int]) -> list[tuple[int, tuple[str, ...]]]:
-    """(world size, tasks) per spawn: world size 1 always runs (compute, gamma); a world
-    size > 1 runs the sweep, the concurrent compute and the real training."""
+def _pool(store: dict[str, list[RankSamples]], key: str, ranks: Sequence[dict]) -> list[RankSamples]:
+    """Append one spawn's per-rank samples to `store[key]` (rank by rank) and return it."""
+    pooled = {r.rank: r for r in store.get(key, [])}
+    for r in ranks:
+        old = pooled.get(r["rank"])
+        phases = {k: list(v) for k, v in r["phases"].items()}
+        if old is not None:
+            phases = {k: old.phases.get(k, []) + v for k, v in phases.items()}
+        pooled[r["rank"]] = RankSamples(rank=r["rank"], phases=phases)
+    store[key] = [pooled[r] for r in sorted(pooled)]
+    return store[key]
+
+
+def plan(world_sizes: Sequence[int], repeats: int = 1) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(repeat, world size, tasks) per spawn: world size 1 always runs (compute; gamma in
+    the first repeat only); a world size > 1 runs the sweep, the concurrent compute and the
+    real training. Repeats interleave the world sizes, so that a slow spell of the machine
+    falls on all of them rather than on one."""
     sizes = sorted(set(world_sizes))
-    out: list[tuple[int, tuple[str, ...]]] = []
-    first = ("compute", "reduce") + (("train",) if 1 in sizes else ())
-    out.append((1, first))
-    for w in sizes:
-        if w > 1:
-            out.append((w, ("sweep", "compute", "train")))
+    out: list[tuple[int, int, tuple[str, ...]]] = []
+    for rep in range(repeats):
+        first = ("compute",) + (("reduce",) if rep == 0 else ()) + (("train",) if 1 in sizes else ())
+        out.append((rep, 1, first))
+        for w in sizes:
+            if w > 1:
+                out.append((rep, w, ("sweep", "compute", "train")))
     return out
 
 
@@ -241,13 +269,14 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                 "other work on this machine makes the timings noisy")
     rec.save_partial()
     try:
-        for ws, tasks in plan(opts.world_sizes):
-            rec.log(f"[world size {ws}] {', '.join(tasks)}")
+        for rep, ws, tasks in plan(opts.world_sizes, opts.repeats):
+            again = f" (repeat {rep + 1}/{opts.repeats})" if opts.repeats > 1 else ""
+            rec.log(f"[world size {ws}]{again} {', '.join(tasks)}")
             if torchrun:
                 runner.run_tasks_in_group(cfg, ws, tasks, device=device, local_rank=local,
-                                          on_task=rec.on_task(ws))
+                                          on_task=rec.on_task(ws, rep))
             else:
-                runner.run_local(cfg, ws, tasks, on_task=rec.on_task(ws), log=rec.log)
+                runner.run_local(cfg, ws, tasks, on_task=rec.on_task(ws, rep), log=rec.log)
         if torchrun:
             import torch.distributed as dist
 

@@ -71,6 +71,7 @@ class Provenance(_Model):
     python: str = ""
     steps: Optional[int] = None
     warmup: Optional[int] = None
+    repeats: int = Field(1, ge=1)  # spawns per world size, pooled
     d_steps: int = Field(1, ge=1)
     world_sizes: list[int] = Field(default_factory=list)
     launcher: str = "spawn"
@@ -112,9 +113,11 @@ class Measured(_Model):
     # per world size w > 1: rank 0 computing alone in the same spawn, just before the w ranks
     # compute at once (the denominator of the core-sharing factor)
     compute_solo: dict[str, dict[str, float]] = Field(default_factory=dict)
+    compute_solo_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
 
     _keys = field_validator(
-        "step_time_s", "samples", "phases", "compute_only", "compute_samples", "compute_solo"
+        "step_time_s", "samples", "phases", "compute_only", "compute_samples", "compute_solo",
+        "compute_solo_samples",
     )(_check_ws_keys)
 
 

@@ -43,6 +43,7 @@ def test_defaults_validate(tmp_path):
     (["--batch-size", "many"], "--batch-size"),
     (["--steps", "5", "--warmup", "5"], "--steps"),
     (["--warmup", "-1"], "--warmup"),
+    (["--repeats", "0"], "--repeats"),
     (["--backend", "mpi"], "--backend"),
     (["--mode", "async"], "--mode"),
     (["--threads", "-2"], "--threads"),
@@ -114,11 +115,11 @@ def test_end_to_end_tiny_calibration(tmp_path, capsys):
 
     out = tmp_path / "profile.json"
     rc = main(["calibrate", "--world-sizes", "1,2", "--steps", "3", "--warmup", "1",
-               "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
+               "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3", "--repeats", "2",
                "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 0, err
-    assert "busbw" in err and "algbw" in err and "[world size 2]" in err
+    assert "busbw" in err and "algbw" in err and "[world size 2] (repeat 2/2)" in err
     assert not (tmp_path / "profile.partial.json").exists()
     p = load_profile(out)
     assert p.provenance.backend == "gloo" and p.provenance.batch_size == 8
@@ -133,10 +134,19 @@ def test_end_to_end_tiny_calibration(tmp_path, capsys):
     assert set(p.fit.core_sharing) == {"1", "2"}
     assert p.fit.gradient_bytes.generator == 4 * 2_051_384
     assert set(p.fit.residuals["2"]) == {str(4096 * 2 ** k) for k in range(9)}
+    # two spawns per world size, pooled: 2 kept steps each, 3 sweep iterations each
+    assert p.provenance.repeats == 2
     for ws in ("1", "2"):
         ranks = p.measured.samples[ws]
         assert len(ranks) == int(ws)
-        assert all(len(r.phases["step_s"]) == 2 for r in ranks)
+        assert all(len(r.phases["step_s"]) == 4 for r in ranks)
+        assert p.measured.step_time_s[ws] == pytest.approx(
+            sum(sum(r.phases["step_s"]) for r in ranks) / (4 * len(ranks)))
+        assert all(len(r.phases["step_s"]) == 4 for r in p.measured.compute_samples[ws])
+    assert len(p.measured.compute_solo_samples["2"][0].phases["step_s"]) == 4
+    for pt in p.measured.allreduce:
+        assert pt.iters == 6 and len(pt.samples_s) == 6
+        assert pt.time_s == pytest.approx(sum(pt.samples_s) / 6)
     json.loads(out.read_text())
 
 
@@ -153,7 +163,7 @@ def test_under_torchrun(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "calibrate.cli", "calibrate", "--world-sizes", "1,2", "--steps", "3",
            "--warmup", "1", "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
-           "--timeout-s", "60", "--out", str(out)]
+           "--repeats", "1", "--timeout-s", "60", "--out", str(out)]
     res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,
                          timeout=150)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -285,7 +285,7 @@ def test_failed_calibration_keeps_old_profile_and_leaves_partial(tmp_path, monke
     assert out.read_bytes() == before  # the good profile is untouched
     part = json.loads((tmp_path / "profile.partial.json").read_text())
     assert part["complete"] is False
-    assert part["stages_done"] == ["compute@1"]
+    assert part["stages_done"] == ["compute@1#1"]  # task@world size#repeat
     assert part["measured"]["compute_only"]["1"]["data_s"] == pytest.approx(0.0015)
     assert ("exited with code 3" in part["error"]) if failure == "error" else (
         part["error"] == "interrupted")
