@@ -135,11 +135,17 @@ def phase_means(ranks: Sequence) -> dict[str, float]:
 
 def core_sharing(step_means: Mapping[int, float]) -> dict[str, float]:
     """Slowdown factor per number of concurrently computing ranks: the communication-free
-    step time with w ranks at once over the step time of one rank alone."""
+    compute time with w ranks at once over that of one rank alone."""
     base = step_means.get(1)
     if base is None or base <= 0:
         raise ValueError("core_sharing needs the world-size-1 compute step time")
     return {str(w): float(step_means[w] / base) for w in sorted(step_means)}
+
+
+def compute_time(means: Mapping[str, float]) -> float:
+    """The step's compute phases added up: what core sharing compares (the compute-only runs
+    line their ranks up between phases, and those waits are not compute)."""
+    return float(sum(means.get(name, 0.0) for name in COMPUTE_PHASES))
 
 
 def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
@@ -158,11 +164,11 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         raise ValueError("the fit needs the world-size-1 compute run")
     base = measured.compute_only["1"]
     compute = {k: float(base[k]) for k in (*COMPUTE_PHASES, STEP) if k in base}
-    factors = core_sharing({int(w): m[STEP] for w, m in measured.compute_only.items()})
+    factors = core_sharing({int(w): compute_time(m) for w, m in measured.compute_only.items()})
     for w, solo in getattr(measured, "compute_solo", {}).items():
         # the same spawn's rank-0-alone run is the fairer baseline for w ranks at once
-        if w in measured.compute_only and solo.get(STEP, 0) > 0:
-            factors[w] = float(measured.compute_only[w][STEP] / solo[STEP])
+        if w in measured.compute_only and compute_time(solo) > 0:
+            factors[w] = compute_time(measured.compute_only[w]) / compute_time(solo)
     return {
         "allreduce_model": "ring",
         "alpha_s": alpha,

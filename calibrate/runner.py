@@ -415,30 +415,36 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
     clock = time.perf_counter
     k = max(1, cfg.d_steps)
 
+    # Compute-only ranks are lined up before every phase: the core-sharing benchmark must
+    # see them run the same phase at the same time, as training's collectives (buffer
+    # broadcast, gradient all-reduces) make them do; drifting ranks would interleave heavy
+    # and light phases and hide the contention. The barriers are outside the phase timings,
+    # so compare their sum, not step_s. Training has no barrier within the loop, as users
+    # train: its step is timed from start to start.
+    align = not communicate and env.world_size > 1
+
+    def phase(name: str) -> None:
+        if align:
+            rep.set("step_barrier")
+            env.barrier()
+        rep.set(name)
+
     rep.set("barrier")
-    env.barrier()  # line the ranks up (also for compute-only concurrency)
+    env.barrier()
     for step in range(cfg.steps):
         rep.set_step(step)
         rec = dict.fromkeys(names, 0.0)
-        if not communicate:
-            # Line compute-only ranks up at every step: the core-sharing benchmark must see
-            # them hit the same phases at the same time, as the gradient all-reduces make
-            # them do in training (drifting ranks interleave heavy and light phases and
-            # hide the contention). Outside the timed step. Training itself has no
-            # per-step barrier, as users train: its step is timed from start to start.
-            rep.set("step_barrier")
-            env.barrier()
         env.sync()
         t_step = clock()
 
-        rep.set("data_s")
+        phase("data_s")
         t = clock()
         real = data.next()
         env.sync()
         rec["data_s"] = clock() - t
 
         for _ in range(k):
-            rep.set("d_forward_s")
+            phase("d_forward_s")
             t = clock()
             with torch.no_grad():
                 fake = G(noise())
@@ -446,7 +452,7 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
             env.sync()
             rec["d_forward_s"] += clock() - t
 
-            rep.set("d_backward_s")
+            phase("d_backward_s")
             t = clock()
             opt_d.zero_grad()  # set_to_none, PyTorch's default, as users train
             loss_d.backward()
@@ -460,7 +466,7 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
                 env.sync()
                 rec["d_allreduce_s"] += clock() - t
 
-            rep.set("d_optimizer_s")
+            phase("d_optimizer_s")
             t = clock()
             opt_d.step()
             env.sync()
@@ -469,13 +475,13 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
         # generator step: D frozen (only G's gradients are computed and all-reduced)
         for p in d_params:
             p.requires_grad_(False)
-        rep.set("g_forward_s")
+        phase("g_forward_s")
         t = clock()
         loss_g = bce(d(G(noise())), ones)
         env.sync()
         rec["g_forward_s"] = clock() - t
 
-        rep.set("g_backward_s")
+        phase("g_backward_s")
         t = clock()
         opt_g.zero_grad()
         loss_g.backward()
@@ -489,7 +495,7 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
             env.sync()
             rec["g_allreduce_s"] = clock() - t
 
-        rep.set("g_optimizer_s")
+        phase("g_optimizer_s")
         t = clock()
         opt_g.step()
         env.sync()

@@ -302,3 +302,14 @@ def test_core_sharing_prefers_the_same_spawns_solo_baseline():
     assert fit["core_sharing"]["2"] == pytest.approx(2 * 1.2)
     assert fit_from_measurements(p.measured, {"discriminator": 935940, "generator": 8205536})[
         "core_sharing"]["2"] == pytest.approx(1.2)
+
+
+def test_core_sharing_compares_compute_phases_not_the_step_with_its_alignment_waits():
+    p = make_profile()
+    m = p.measured.model_copy(deep=True)
+    # the compute-only ranks wait for each other between phases: their step_s grows, the
+    # phases themselves do not, so no core sharing is measured
+    m.compute_solo = {"2": dict(m.compute_only["1"])}
+    m.compute_only["2"] = dict(m.compute_only["1"], step_s=3 * m.compute_only["1"]["step_s"])
+    fit = fit_from_measurements(m, {"discriminator": 935940, "generator": 8205536})
+    assert fit["core_sharing"]["2"] == pytest.approx(1.0)
