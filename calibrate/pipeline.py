@@ -26,6 +26,7 @@ from .profile import (
     Provenance,
     RankSamples,
     ReductionPoint,
+    UNSTEADY_SPREAD,
     partial_path,
     write_profile_atomic,
 )
@@ -168,6 +169,7 @@ class _Recorder:
             if task == "train":
                 m.phases[key] = means
                 m.step_time_s[key] = means[STEP]
+                m.repeat_step_time_s.setdefault(key, []).append(this[STEP])
                 self.log(f"  train ({cfg.mode}) world size {ws}: {len(pooled)} ranks x {kept} kept steps; "
                          f"step {this[STEP] * 1e3:.2f} ms this run, {means[STEP] * 1e3:.2f} ms over all")
                 self.log(f"    {_fmt_phases(means)}")
@@ -316,5 +318,12 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                 "fit.residuals); a busy machine or a too small --sizes range gives noisy "
                 "points: rerun on a quiet machine or widen --sizes")
     rec.log("core sharing: " + ", ".join(f"{w} ranks x{v:.3f}" for w, v in f.core_sharing.items()))
+    for ws, runs in profile.measured.repeat_step_time_s.items():
+        spread = profile.measured.repeat_spread(ws)
+        if spread is not None and spread > UNSTEADY_SPREAD:
+            rec.log(f"warning: world size {ws}: the training step took "
+                    f"{' / '.join(f'{t * 1e3:.1f}' for t in runs)} ms in the {len(runs)} repeats "
+                    f"({spread:.0%} apart): the machine was not steady, and every figure of this "
+                    "profile carries that noise; rerun when it is quieter, or with more --repeats")
     rec.log(f"wrote {opts.out}")
     return profile

@@ -102,8 +102,16 @@ class RankSamples(_Model):
     phases: dict[str, list[float]]
 
 
+# A training step's spread over a world size's repeats beyond which the machine was not
+# steady enough for the figures to be trusted to better than that (calibrate warns, and
+# validate says so beside the errors)
+UNSTEADY_SPREAD = 0.15
+
+
 class Measured(_Model):
     step_time_s: dict[str, float] = Field(default_factory=dict)
+    # each repeat's (spawn's) own mean training step: the spread says how steady the machine was
+    repeat_step_time_s: dict[str, list[float]] = Field(default_factory=dict)
     samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
     phases: dict[str, dict[str, float]] = Field(default_factory=dict)
     allreduce: list[AllreducePoint] = Field(default_factory=list)
@@ -116,9 +124,14 @@ class Measured(_Model):
     compute_solo_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
 
     _keys = field_validator(
-        "step_time_s", "samples", "phases", "compute_only", "compute_samples", "compute_solo",
-        "compute_solo_samples",
+        "step_time_s", "repeat_step_time_s", "samples", "phases", "compute_only", "compute_samples",
+        "compute_solo", "compute_solo_samples",
     )(_check_ws_keys)
+
+    def repeat_spread(self, world_size: str) -> Optional[float]:
+        """Slowest over fastest repeat of the training step, minus 1 (None with one repeat)."""
+        runs = self.repeat_step_time_s.get(world_size, [])
+        return max(runs) / min(runs) - 1 if len(runs) > 1 and min(runs) > 0 else None
 
 
 class GradientBytes(_Model):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.profile import Profile
+from calibrate.profile import UNSTEADY_SPREAD, Profile
 
 from .calibrated import predict
 from .results import atomic_write, to_json
@@ -20,6 +20,12 @@ class Comparison:
     predicted_step_s: float
     measured_speedup: float
     predicted_speedup: float
+    measured_repeats_s: tuple[float, ...] = ()  # each repeat's own mean step
+
+    @property
+    def repeat_spread(self) -> float | None:
+        runs = self.measured_repeats_s
+        return max(runs) / min(runs) - 1 if len(runs) > 1 else None
 
     @property
     def step_error(self) -> float:
@@ -36,10 +42,15 @@ class ValidationReport:
         lines = [f"validation of {prov.model} on {prov.device} ({prov.backend}, {prov.mode}, batch {prov.batch_size} "
                  f"per rank, {prov.cores} cores)",
                  f"{'ranks':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>8} {'speedup meas':>13} "
-                 f"{'speedup pred':>13}"]
+                 f"{'speedup pred':>13}  measured per repeat (ms)"]
         for r in self.rows:
+            runs = " / ".join(f"{t * 1e3:.1f}" for t in r.measured_repeats_s)
             lines.append(f"{r.world_size:>5} {r.measured_step_s * 1e3:>12.3f} {r.predicted_step_s * 1e3:>13.3f} "
-                         f"{r.step_error:>+8.1%} {r.measured_speedup:>13.3f} {r.predicted_speedup:>13.3f}")
+                         f"{r.step_error:>+8.1%} {r.measured_speedup:>13.3f} {r.predicted_speedup:>13.3f}  {runs}")
+        unsteady = [r for r in self.rows if (r.repeat_spread or 0) > UNSTEADY_SPREAD]
+        for r in unsteady:
+            lines.append(f"note: at {r.world_size} ranks the repeats differ by {r.repeat_spread:.0%}: the machine "
+                         "was not steady while calibrating, and errors within that are noise")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -47,7 +58,8 @@ class ValidationReport:
             "provenance": self.profile.provenance.model_dump(mode="json"),
             "rows": [{"world_size": r.world_size, "measured_step_time_s": r.measured_step_s,
                       "predicted_step_time_s": r.predicted_step_s, "step_time_error": r.step_error,
-                      "measured_speedup": r.measured_speedup, "predicted_speedup": r.predicted_speedup}
+                      "measured_speedup": r.measured_speedup, "predicted_speedup": r.predicted_speedup,
+                      "measured_repeats_step_time_s": list(r.measured_repeats_s)}
                      for r in self.rows],
         }
 
@@ -66,7 +78,7 @@ def validate(profile: Profile) -> ValidationReport:
     for w in sizes:
         p = predictions[w]
         rows.append(Comparison(w, measured[w], p.step_time_s, w * base / measured[w] if base else float("nan"),
-                               p.speedup))
+                               p.speedup, tuple(profile.measured.repeat_step_time_s.get(str(w), ()))))
     return ValidationReport(profile, rows)
 
 
@@ -76,8 +88,15 @@ def write_validation(out_dir: Path, report: ValidationReport, *, source: str) ->
     sizes = [r.world_size for r in report.rows]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=sizes, y=sizes, mode="lines", name="ideal", line={"dash": "dot", "color": "grey"}))
+    # the bars span the speed-ups of the fastest and the slowest repeat at that size
+    base = report.rows[0].measured_step_s * report.rows[0].world_size / report.rows[0].measured_speedup
+    high = [r.world_size * base / min(r.measured_repeats_s) - r.measured_speedup if r.measured_repeats_s else 0.0
+            for r in report.rows]
+    low = [r.measured_speedup - r.world_size * base / max(r.measured_repeats_s) if r.measured_repeats_s else 0.0
+           for r in report.rows]
     fig.add_trace(go.Scatter(x=sizes, y=[r.measured_speedup for r in report.rows], mode="lines+markers",
-                             name="measured"))
+                             name="measured (bars: range over repeats)",
+                             error_y={"type": "data", "symmetric": False, "array": high, "arrayminus": low}))
     fig.add_trace(go.Scatter(x=sizes, y=[r.predicted_speedup for r in report.rows], mode="lines+markers",
                              name="predicted (from the fit only)"))
     prov = report.profile.provenance

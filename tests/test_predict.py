@@ -103,3 +103,19 @@ def test_ddp_pays_one_broadcast_of_the_generators_batchnorm_statistics_per_step(
     assert step(ddp_buffers, 2) - step(ddp_plain, 2) == pytest.approx(2e-4 + 17616 * 1e-9, rel=1e-6)
     assert step(ddp_buffers, 1) == pytest.approx(step(ddp_plain, 1))
     assert step(profile(mode="flat", buffers=buffers), 2) == pytest.approx(step(profile(mode="flat"), 2))
+
+
+def test_validate_shows_each_repeat_and_flags_an_unsteady_machine(tmp_path, capsys):
+    steady = profile()
+    steady.measured.repeat_step_time_s = {"1": [0.069, 0.071], "2": [0.088, 0.092]}
+    unsteady = profile()
+    unsteady.measured.repeat_step_time_s = {"1": [0.069, 0.071], "2": [0.07, 0.12]}
+    for name, p in (("steady", steady), ("unsteady", unsteady)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(p.model_dump(mode="json", by_alias=True)))
+        assert main(["validate", "--profile", str(path), "--out", str(tmp_path / name)]) == 0
+    rows = json.loads((tmp_path / "steady" / "validation.json").read_text())["rows"]
+    assert rows[1]["measured_repeats_step_time_s"] == [0.088, 0.092]
+    text = capsys.readouterr().out
+    assert "88.0 / 92.0" in text and "70.0 / 120.0" in text
+    assert text.count("not steady") == 1 and "at 2 ranks the repeats differ by 71%" in text
