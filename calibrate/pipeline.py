@@ -180,7 +180,7 @@ class _Recorder:
                 self.log(f"  compute only, {ws} rank(s) at once: step {this[STEP] * 1e3:.2f} ms this run, "
                          f"{means[STEP] * 1e3:.2f} ms over all")
                 if key in m.compute_solo:
-                    self.log(f"  compute only, rank 0 alone in the same spawns: step "
+                    self.log(f"  compute only, rank 0 alone a step before each of those: step "
                              f"{m.compute_solo[key][STEP] * 1e3:.2f} ms over all")
                 self.log(f"    {_fmt_phases(means)}")
         elif task == "sweep":

@@ -118,7 +118,7 @@ class Measured(_Model):
     reduction: list[ReductionPoint] = Field(default_factory=list)
     compute_only: dict[str, dict[str, float]] = Field(default_factory=dict)
     compute_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
-    # per world size w > 1: rank 0 computing alone in the same spawn, just before the w ranks
+    # per world size w > 1: rank 0 computing a step alone just before each step the w ranks
     # compute at once (the denominator of the core-sharing factor)
     compute_solo: dict[str, dict[str, float]] = Field(default_factory=dict)
     compute_solo_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)

@@ -21,8 +21,10 @@ Tasks a rank can run (one spawn can run several, in order):
     ``mode="flat"`` does one explicit all-reduce of the flattened gradients after each
     backward (TensorFlow MirroredStrategy's way, as in the paper).
 ``compute``
-    The same step with no communication at all (no DDP, no all-reduce): at world size 1 this is the per-phase compute; with w ranks running it at
-    once it measures how much ranks slow each other down by sharing cores.
+    The same step with no communication at all (no DDP, no all-reduce): at world size 1
+    this is the per-phase compute; with w ranks it measures how much ranks slow each other
+    down by sharing cores: each step of all w at once (lined up before every phase)
+    follows one of rank 0 alone (``solo``).
 ``sweep``
     An all-reduce sweep (float32, sizes doubling), mean over iterations of the slowest
     rank's time, nccl-tests style.
@@ -68,7 +70,6 @@ import socket
 import sys
 import time
 import traceback
-import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -377,8 +378,11 @@ class _Batches:
         return raw.to(torch.float32).div_(255.0)
 
 
-def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, list[float]]:
-    """Run ``cfg.steps`` training steps; return the kept per-step samples per phase."""
+def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool = False,
+                ) -> tuple[dict[str, list[float]], Optional[dict[str, list[float]]]]:
+    """Run ``cfg.steps`` training steps; return the kept per-step samples per phase, and
+    with ``solo_steps`` (compute only, several ranks) rank 0's samples of a step run alone
+    before each step run together (None on the other ranks)."""
     rep = env.reporter
     rep.set("build_model")
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
@@ -423,28 +427,27 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
     # train: its step is timed from start to start.
     align = not communicate and env.world_size > 1
 
-    def phase(name: str) -> None:
-        if align:
+    solo: dict[str, list[float]] | None = {n: [] for n in names} if solo_steps and align else None
+
+    def phase(lined_up: bool, name: str) -> None:
+        if lined_up:
             rep.set("step_barrier")
             env.barrier()
         rep.set(name)
 
-    rep.set("barrier")
-    env.barrier()
-    for step in range(cfg.steps):
-        rep.set_step(step)
+    def one_step(step: int, lined_up: bool) -> dict[str, float]:
         rec = dict.fromkeys(names, 0.0)
         env.sync()
         t_step = clock()
 
-        phase("data_s")
+        phase(lined_up, "data_s")
         t = clock()
         real = data.next()
         env.sync()
         rec["data_s"] = clock() - t
 
         for _ in range(k):
-            phase("d_forward_s")
+            phase(lined_up, "d_forward_s")
             t = clock()
             with torch.no_grad():
                 fake = G(noise())
@@ -452,7 +455,7 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
             env.sync()
             rec["d_forward_s"] += clock() - t
 
-            phase("d_backward_s")
+            phase(lined_up, "d_backward_s")
             t = clock()
             opt_d.zero_grad()  # set_to_none, PyTorch's default, as users train
             loss_d.backward()
@@ -466,7 +469,7 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
                 env.sync()
                 rec["d_allreduce_s"] += clock() - t
 
-            phase("d_optimizer_s")
+            phase(lined_up, "d_optimizer_s")
             t = clock()
             opt_d.step()
             env.sync()
@@ -475,13 +478,13 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
         # generator step: D frozen (only G's gradients are computed and all-reduced)
         for p in d_params:
             p.requires_grad_(False)
-        phase("g_forward_s")
+        phase(lined_up, "g_forward_s")
         t = clock()
         loss_g = bce(d(G(noise())), ones)
         env.sync()
         rec["g_forward_s"] = clock() - t
 
-        phase("g_backward_s")
+        phase(lined_up, "g_backward_s")
         t = clock()
         opt_g.zero_grad()
         loss_g.backward()
@@ -495,7 +498,7 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
             env.sync()
             rec["g_allreduce_s"] = clock() - t
 
-        phase("g_optimizer_s")
+        phase(lined_up, "g_optimizer_s")
         t = clock()
         opt_g.step()
         env.sync()
@@ -510,11 +513,29 @@ def _train_loop(env: RankEnv, cfg: RunConfig, communicate: bool) -> dict[str, li
         for name in ("d_forward_s", "d_backward_s", "d_allreduce_s", "d_optimizer_s"):
             if name in rec:
                 rec[name] /= k
+        return rec
+
+    def keep(into: dict[str, list[float]], rec: dict[str, float], step: int) -> None:
         if step >= cfg.warmup:
             for name in names:
-                kept[name].append(rec[name])
+                into[name].append(rec[name])
+
+    rep.set("barrier")
+    env.barrier()
+    for step in range(cfg.steps):
+        rep.set_step(step)
+        if solo is not None:
+            # rank 0 alone (the others wait) just before the ranks compute together: the
+            # pair of steps sees the same state of the machine, wherever it drifts
+            rep.set("step_barrier")
+            env.barrier()
+            if env.rank == 0:
+                keep(solo, one_step(step, False), step)
+            rep.set("step_barrier")
+            env.barrier()
+        keep(kept, one_step(step, align), step)
     rep.set_step(cfg.steps)
-    return kept
+    return kept, (solo if env.rank == 0 else None)
 
 
 # --------------------------------------------------------------------------- microbenchmarks
@@ -590,17 +611,12 @@ def _reduce_bench(env: RankEnv, cfg: RunConfig) -> list[dict]:
 def execute_task(env: RankEnv, cfg: RunConfig, task: str) -> Any:
     """Run one task on this rank and return its per-rank payload."""
     if task == "train":
-        return {"samples": _train_loop(env, cfg, communicate=True)}
+        return {"samples": _train_loop(env, cfg, communicate=True)[0]}
     if task == "compute":
-        solo = None
-        if env.world_size > 1:
-            # Rank 0 alone first, in this same spawn, so that the core-sharing factor
-            # compares like with like (the machine's speed drifts between spawns).
-            if env.rank == 0:
-                solo = _train_loop(dataclasses.replace(env, world_size=1), cfg, communicate=False)
-            env.reporter.set("barrier")
-            env.barrier()
-        return {"samples": _train_loop(env, cfg, communicate=False), "solo": solo}
+        # at world size > 1, each step together follows one of rank 0 alone, so that the
+        # core-sharing factor compares like with like (this machine's speed drifts)
+        samples, solo = _train_loop(env, cfg, communicate=False, solo_steps=True)
+        return {"samples": samples, "solo": solo}
     if task == "sweep":
         return {"rows": _allreduce_sweep(env, cfg) if env.world_size > 1 else []}
     if task == "reduce":
