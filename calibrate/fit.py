@@ -13,7 +13,8 @@ sizes, which fix alpha, count as much as the large ones, which fix beta; a negat
 coefficient is clamped to 0 and the other one refitted.
 
 The fit uses ONLY the microbenchmarks (all-reduce sweep, reduction) and the communication-free
-compute runs; the multi-rank training step times stay in ``measured`` for validation.
+compute runs, and the world-size-1 training run (phase times and their variability); the
+multi-rank training step times stay in ``measured`` for validation.
 """
 
 from __future__ import annotations
@@ -133,6 +134,21 @@ def phase_means(ranks: Sequence) -> dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
+def compute_variability(ranks: Sequence) -> float:
+    """The coefficient of variation that, drawn independently for every compute phase,
+    gives a step's compute the variance measured: sqrt(sum of the phases' variances /
+    sum of their squared means), over all kept samples of ``ranks`` (as phase_means takes).
+    It is each rank's own noise as the simulator needs it for stragglers."""
+    samples: dict[str, list[float]] = {}
+    for r in ranks:
+        phases = r["phases"] if isinstance(r, Mapping) else r.phases
+        for name in COMPUTE_PHASES:
+            samples.setdefault(name, []).extend(float(v) for v in phases.get(name, []))
+    variance = sum(float(np.var(v)) for v in samples.values() if len(v) > 1)
+    square = sum(float(np.mean(v)) ** 2 for v in samples.values() if len(v) > 1)
+    return float(np.sqrt(variance / square)) if square > 0 else 0.0
+
+
 def core_sharing(step_means: Mapping[int, float]) -> dict[str, float]:
     """Slowdown factor per number of concurrently computing ranks: the communication-free
     compute time with w ranks at once over that of one rank alone."""
@@ -169,6 +185,8 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         # the same spawn's rank-0-alone run is the fairer baseline for w ranks at once
         if w in measured.compute_only and compute_time(solo) > 0:
             factors[w] = compute_time(measured.compute_only[w]) / compute_time(solo)
+    # the world-size-1 training run, else the compute-only one: each rank's own variability
+    alone = measured.samples.get("1") or measured.compute_samples.get("1") or []
     return {
         "allreduce_model": "ring",
         "alpha_s": alpha,
@@ -176,6 +194,7 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         "gamma_s_per_byte": gamma,
         "compute": compute,
         "core_sharing": factors,
+        "compute_cv": compute_variability(alone),
         "gradient_bytes": dict(gradient_bytes),
         "buffer_bytes": {"discriminator": 0, "generator": 0, **(buffer_bytes or {})},
         "residuals": residuals,

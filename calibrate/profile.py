@@ -153,6 +153,8 @@ class Fit(_Model):
     gamma_s_per_byte: float = Field(ge=0)
     compute: dict[str, float]
     core_sharing: dict[str, float] = Field(default_factory=dict)
+    # coefficient of variation of each compute phase of one rank (world size 1), for stragglers
+    compute_cv: float = Field(0.0, ge=0)
     gradient_bytes: GradientBytes
     buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)
     residuals: dict[str, dict[str, float]] = Field(default_factory=dict)

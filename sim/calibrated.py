@@ -20,6 +20,8 @@ from .workloads import ARCHITECTURES, GanWorkload, StepPhases
 # PyTorch DDP's defaults (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and
 # dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB)
 DDP_BUCKET_MiB, DDP_FIRST_BUCKET_MiB = 25.0, 1.0
+# steps simulated when ranks vary: enough for the mean over the draws to settle
+PREDICTED_STEPS = 100
 
 
 def profile_workload(profile: Profile) -> GanWorkload:
@@ -53,7 +55,12 @@ def compute_phases(profile: Profile) -> dict[str, float]:
     misses DDP's own cost (on this 2-core VM about 20 % of the step)."""
     alone = profile.measured.phases.get("1")
     if alone and all(name in alone for name in COMPUTE_PHASES):
-        return {name: alone[name] for name in COMPUTE_PHASES}
+        phases = {name: alone[name] for name in COMPUTE_PHASES}
+        # flat mode: at world size 1 the all-reduce moves nothing, and what its phase took is
+        # the copies into and out of the flat buffer, which every world size pays: with backward
+        for net in ("d", "g"):
+            phases[f"{net}_backward_s"] += alone.get(f"{net}_allreduce_s", 0.0)
+        return phases
     return dict(profile.fit.compute)
 
 
@@ -110,11 +117,12 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         scaled = phases.slowed(factor)
         ddp = profile.provenance.mode == "ddp"
         options = TrainingOptions(
-            overlap=ddp, broadcast_buffers=ddp, bucket_MiB=DDP_BUCKET_MiB,
+            overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=DDP_BUCKET_MiB,
             first_bucket_MiB=DDP_FIRST_BUCKET_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
         )
         scenario = Scenario(name="predict", topology=topo.name, workload="calibrated", gpus=[w],
-                            algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size, steps=5,
+                            algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
+                            steps=PREDICTED_STEPS if profile.fit.compute_cv > 0 else 5,
                             options=options)
         # the measured sharing factor already contains any oversubscription of the cores
         unshared = _without_core_pools(topo)

@@ -164,6 +164,11 @@ class TrainingOptions(Strict):
     # previous forward of that network ran with grad, which in a GAN loop (G's forward for
     # the fakes runs without) is once per step per network; that is what is simulated.
     broadcast_buffers: bool = False
+    # Per-rank variability of computation (stragglers): with several ranks, each compute
+    # phase of each rank and step takes its time times a lognormal factor of mean 1 and this
+    # coefficient of variation, drawn from the scenario's seed. A synchronous step waits at
+    # every collective for the slowest rank, so variability costs time, more with more ranks.
+    compute_cv: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False)
 
 
 # ----------------------------------------------------------------------------- what-ifs

@@ -163,7 +163,7 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
         workload, given_phases = workload
     else:
         workload = resolve_workload(s.workload, reference_batch(s), source=source)
-    point = RunPoint(gpus, algorithm, s.cost_model, batch, s.steps, s.options)
+    point = RunPoint(gpus, algorithm, s.cost_model, batch, s.steps, s.options, s.seed)
 
     def make_cluster(env: Any) -> Cluster:
         return Cluster(topo, gpus, env, source=source)

@@ -29,6 +29,7 @@ class RunPoint:
     per_gpu_batch: float
     steps: int
     options: TrainingOptions
+    seed: int = 0  # of the compute variability draws
 
 
 @dataclass
@@ -68,10 +69,20 @@ class StepBuilder:
         self.ranks = np.arange(cluster.ranks)
         bandwidths = [memory_bandwidth_GBps(cluster.topology.nodes[n].model) for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
+        self.rng = np.random.default_rng(point.seed)
+
+    def variability(self) -> np.ndarray | float:
+        """Per-rank factors of one compute phase (lognormal, mean 1, cv compute_cv). One rank
+        waits for nobody, so it keeps the mean and the simulation stays exact."""
+        cv = self.point.options.compute_cv
+        if cv == 0 or self.cluster.ranks == 1:
+            return 1.0
+        sigma2 = np.log1p(cv * cv)
+        return self.rng.lognormal(-sigma2 / 2, np.sqrt(sigma2), self.cluster.ranks)
 
     def compute(self, after: np.ndarray, seconds: float, label: str) -> np.ndarray:
-        tasks = self.graph.add(FLOW, self.cluster.compute_route, seconds * self.cluster.work_scale, self.ranks,
-                               COMPUTE, label)
+        amounts = seconds * self.variability() * self.cluster.work_scale
+        tasks = self.graph.add(FLOW, self.cluster.compute_route, amounts, self.ranks, COMPUTE, label)
         self.graph.depend(after, tasks)
         return tasks
 

@@ -313,3 +313,16 @@ def test_core_sharing_compares_compute_phases_not_the_step_with_its_alignment_wa
     m.compute_only["2"] = dict(m.compute_only["1"], step_s=3 * m.compute_only["1"]["step_s"])
     fit = fit_from_measurements(m, {"discriminator": 935940, "generator": 8205536})
     assert fit["core_sharing"]["2"] == pytest.approx(1.0)
+
+
+def test_compute_variability_matches_the_step_variance_of_independent_phases():
+    from calibrate.fit import compute_variability
+
+    # two phases: means 10 and 20, standard deviations 1 and 2 (population)
+    ranks = [{"rank": 0, "phases": {"d_forward_s": [9.0, 11.0], "g_backward_s": [18.0, 22.0],
+                                    "step_s": [100.0, 300.0]}}]
+    cv = compute_variability(ranks)
+    assert cv == pytest.approx(((1 + 4) / (100 + 400)) ** 0.5)  # step_s is not a compute phase
+    assert compute_variability([{"rank": 0, "phases": {"d_forward_s": [5.0, 5.0, 5.0]}}]) == 0.0
+    fit = fit_from_measurements(make_profile().measured, {"discriminator": 935940, "generator": 8205536})
+    assert fit["compute_cv"] >= 0

@@ -97,3 +97,30 @@ def test_buffer_broadcasts_cost_one_binomial_broadcast_per_network_per_step(cost
     with_buffers = _gan_step_time(gpus, cost_model, broadcast_buffers=True)
     assert with_buffers - plain == pytest.approx(extra, rel=1e-9)
     assert _gan_step_time(1, cost_model, broadcast_buffers=True) == pytest.approx(_gan_step_time(1, cost_model))
+
+
+def _straggler_step(gpus: int, cv: float, seed: int = 0, backward_s: float = 0.01, steps: int = 1000) -> float:
+    # all compute is G's backward, between the two all-reduces that line the ranks up
+    zero = {"params": 1000, "forward_s": 0.0, "backward_s": 0.0, "optimizer_s": 0.0}
+    workload = {"name": "one-phase", "networks": {"discriminator": zero,
+                                                  "generator": dict(zero, backward_s=backward_s)}}
+    scenario = Scenario(name="t", topology="fc", workload=workload, gpus=[gpus], algorithms=["ring"],
+                        cost_model="alpha_beta", steps=steps, seed=seed,
+                        options=TrainingOptions(compute_cv=cv))
+    return simulate_point(scenario, fully_connected(gpus), gpus, "ring")["step_time_s"]
+
+
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_variable_ranks_wait_for_the_slowest_at_every_collective(gpus):
+    import numpy as np
+
+    cv, t = 0.2, 0.01
+    sigma2 = np.log1p(cv * cv)
+    draws = np.random.default_rng(123).lognormal(-sigma2 / 2, np.sqrt(sigma2), (400_000, gpus))
+    expected_max = draws.max(axis=1).mean()  # E[slowest of the ranks], mean of each is 1
+    penalty = _straggler_step(gpus, cv) - _straggler_step(gpus, 0.0)
+    assert penalty == pytest.approx(t * (expected_max - 1), rel=0.15)  # 1000 steps: ~3 standard errors
+    assert _straggler_step(gpus, cv, seed=1, steps=20) != _straggler_step(gpus, cv, seed=2, steps=20)
+    assert _straggler_step(gpus, cv, seed=1, steps=20) == _straggler_step(gpus, cv, seed=1, steps=20)
+    # one rank waits for nobody: its mean step is kept exactly
+    assert _straggler_step(1, cv, steps=20) == _straggler_step(1, 0.0, steps=20)

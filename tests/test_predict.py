@@ -15,7 +15,7 @@ PHASES = ("data_s", "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s
 
 
 def profile(*, alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.1, mode="flat", measured_ws2=0.09,
-            buffers=None) -> Profile:
+            buffers=None, cv=0.0) -> Profile:
     alone = {name: compute for name in PHASES}
     return Profile.model_validate({
         "schema": 1,
@@ -26,7 +26,7 @@ def profile(*, alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.1, mode="flat", me
         "fit": {"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": 0.0,
                 "compute": dict(alone, step_s=7 * compute), "core_sharing": {"1": 1.0, "2": sharing},
                 "gradient_bytes": {"discriminator": 935940, "generator": 8205536},
-                "buffer_bytes": buffers or {}},
+                "buffer_bytes": buffers or {}, "compute_cv": cv},
     })
 
 
@@ -119,3 +119,18 @@ def test_validate_shows_each_repeat_and_flags_an_unsteady_machine(tmp_path, caps
     text = capsys.readouterr().out
     assert "88.0 / 92.0" in text and "70.0 / 120.0" in text
     assert text.count("not steady") == 1 and "at 2 ranks the repeats differ by 71%" in text
+
+
+def test_rank_variability_from_the_profile_makes_two_ranks_wait_and_leaves_one_alone():
+    steady, varying = profile(), profile(cv=0.2)
+    assert step(varying, 1) == pytest.approx(step(steady, 1), rel=1e-12)
+    # flat mode: the ranks meet at D's and G's all-reduce; each waits for the slower one
+    assert 1.01 * step(steady, 2) < step(varying, 2) < 1.1 * step(steady, 2)
+
+
+def test_flat_mode_counts_the_world_size_1_allreduce_phases_as_copies_paid_at_every_size():
+    p = profile(mode="flat")
+    alone = p.measured.phases["1"]
+    alone.update(d_allreduce_s=0.001, g_allreduce_s=0.004, step_s=alone["step_s"] + 0.005)
+    assert step(p, 1) == pytest.approx(alone["step_s"], rel=1e-9)
+    assert step(p, 2) == pytest.approx(step(profile(mode="flat"), 2) + 0.005 * 1.1, rel=1e-6)
