@@ -13,8 +13,8 @@ sizes, which fix alpha, count as much as the large ones, which fix beta; a negat
 coefficient is clamped to 0 and the other one refitted.
 
 The fit uses ONLY the microbenchmarks (all-reduce sweep, reduction) and the communication-free
-compute runs, and the world-size-1 training run (phase times and their variability); the
-multi-rank training step times stay in ``measured`` for validation.
+compute runs (also of several ranks at once: core sharing, each rank's own variability);
+the multi-rank training step times stay in ``measured`` for validation.
 """
 
 from __future__ import annotations
@@ -135,17 +135,25 @@ def phase_means(ranks: Sequence) -> dict[str, float]:
 
 
 def compute_variability(ranks: Sequence) -> float:
-    """The coefficient of variation that, drawn independently for every compute phase,
-    gives a step's compute the variance measured: sqrt(sum of the phases' variances /
-    sum of their squared means), over all kept samples of ``ranks`` (as phase_means takes).
-    It is each rank's own noise as the simulator needs it for stragglers."""
-    samples: dict[str, list[float]] = {}
-    for r in ranks:
-        phases = r["phases"] if isinstance(r, Mapping) else r.phases
-        for name in COMPUTE_PHASES:
-            samples.setdefault(name, []).extend(float(v) for v in phases.get(name, []))
-    variance = sum(float(np.var(v)) for v in samples.values() if len(v) > 1)
-    square = sum(float(np.mean(v)) ** 2 for v in samples.values() if len(v) > 1)
+    """How much one rank's compute varies on its own, as the coefficient of variation that,
+    drawn independently for every compute phase, gives the measured spread between ranks.
+
+    ``ranks`` are the per-rank samples (as phase_means takes) of a compute-only run of
+    several ranks lined up before every phase, so that sample k of a phase ran at the same
+    time on every rank: the difference between two ranks cancels whatever slowed the whole
+    machine (which delays nobody at a collective) and keeps what one rank suffers alone,
+    Var(x_i - x_j) = 2 s^2. Returns sqrt(sum of the phases' s^2 / sum of their squared
+    means), 0 with fewer than two ranks or samples."""
+    per_rank = [r["phases"] if isinstance(r, Mapping) else r.phases for r in ranks]
+    variance = square = 0.0
+    for name in COMPUTE_PHASES:
+        series = [np.asarray(p.get(name, []), dtype=float) for p in per_rank]
+        n = min((len(x) for x in series), default=0)
+        if len(series) < 2 or n < 2:
+            continue
+        pairs = [(i, j) for i in range(len(series)) for j in range(i + 1, len(series))]
+        variance += float(np.mean([np.var(series[i][:n] - series[j][:n]) for i, j in pairs])) / 2
+        square += float(np.mean(np.concatenate([x[:n] for x in series]))) ** 2
     return float(np.sqrt(variance / square)) if square > 0 else 0.0
 
 
@@ -185,8 +193,7 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         # the same spawn's rank-0-alone run is the fairer baseline for w ranks at once
         if w in measured.compute_only and compute_time(solo) > 0:
             factors[w] = compute_time(measured.compute_only[w]) / compute_time(solo)
-    # the world-size-1 training run, else the compute-only one: each rank's own variability
-    alone = measured.samples.get("1") or measured.compute_samples.get("1") or []
+    together = [w for w in sorted(measured.compute_samples, key=int) if int(w) > 1]
     return {
         "allreduce_model": "ring",
         "alpha_s": alpha,
@@ -194,7 +201,7 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         "gamma_s_per_byte": gamma,
         "compute": compute,
         "core_sharing": factors,
-        "compute_cv": compute_variability(alone),
+        "compute_cv": compute_variability(measured.compute_samples[together[0]]) if together else 0.0,
         "gradient_bytes": dict(gradient_bytes),
         "buffer_bytes": {"discriminator": 0, "generator": 0, **(buffer_bytes or {})},
         "residuals": residuals,
