@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -108,6 +108,11 @@ class RankSamples(_Model):
 UNSTEADY_SPREAD = 0.15
 
 
+def repeat_spread(runs: Sequence[float]) -> Optional[float]:
+    """Slowest over fastest repeat, minus 1 (None with fewer than two repeats)."""
+    return max(runs) / min(runs) - 1 if len(runs) > 1 and min(runs) > 0 else None
+
+
 class Measured(_Model):
     step_time_s: dict[str, float] = Field(default_factory=dict)
     # each repeat's (spawn's) own mean training step: the spread says how steady the machine was
@@ -129,9 +134,8 @@ class Measured(_Model):
     )(_check_ws_keys)
 
     def repeat_spread(self, world_size: str) -> Optional[float]:
-        """Slowest over fastest repeat of the training step, minus 1 (None with one repeat)."""
-        runs = self.repeat_step_time_s.get(world_size, [])
-        return max(runs) / min(runs) - 1 if len(runs) > 1 and min(runs) > 0 else None
+        """How far apart the training step's repeats were at `world_size` (see repeat_spread)."""
+        return repeat_spread(self.repeat_step_time_s.get(world_size, []))
 
 
 class GradientBytes(_Model):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.profile import UNSTEADY_SPREAD, Profile
+from calibrate.profile import UNSTEADY_SPREAD, Profile, repeat_spread
 
 from .calibrated import predict
 from .results import atomic_write, to_json
@@ -24,8 +24,7 @@ class Comparison:
 
     @property
     def repeat_spread(self) -> float | None:
-        runs = self.measured_repeats_s
-        return max(runs) / min(runs) - 1 if len(runs) > 1 else None
+        return repeat_spread(self.measured_repeats_s)
 
     @property
     def step_error(self) -> float:
