@@ -49,10 +49,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                    help="training steps per run, warm-up included (default 30)")
     p.add_argument("--warmup", default="5", metavar="N",
                    help="warm-up steps dropped from the samples (default 5)")
-    p.add_argument("--repeats", default="3", metavar="N",
-                   help="fresh spawns per world size, interleaved and pooled: a process's "
-                        "speed on a shared machine varies from one start to the next "
-                        "(default 3)")
+    p.add_argument("--repeats", default="4", metavar="N",
+                   help="fresh spawns per world size, interleaved; every figure is the median "
+                        "over them of each one's mean: a process's speed on a shared machine "
+                        "varies from one start to the next (default 4)")
     p.add_argument("--out", default="profile.json", metavar="FILE",
                    help="profile to write (default profile.json); progress is kept in "
                         "FILE's .partial.json until the run succeeds")
@@ -69,7 +69,7 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                    help="all-reduce sweep sizes in bytes, doubling from LO to HI "
                         "(K/M/G = KiB/MiB/GiB; default 4K:64M)")
     p.add_argument("--sweep-iters", default="0", metavar="N",
-                   help="timed iterations per sweep size and repeat (default 0 = 50/20/8 "
+                   help="timed iterations per sweep size and repeat (default 0 = 40/15/6 "
                         "up to 1 MiB / 16 MiB / beyond)")
     p.add_argument("--d-steps", default="1", metavar="K",
                    help="discriminator steps per generator step (default 1)")

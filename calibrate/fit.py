@@ -134,6 +134,31 @@ def phase_means(ranks: Sequence) -> dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
+def median_of_means(values: Sequence[float], per_repeat: int) -> float:
+    """The median over repeats of each repeat's mean, `values` being the repeats' samples one
+    after another, `per_repeat` each: a slow spell of the machine that hits a minority of
+    the repeats does not move it (a plain mean it does)."""
+    x = np.asarray(values, dtype=float)
+    repeats = max(1, len(x) // max(1, per_repeat))
+    return float(np.median([chunk.mean() for chunk in np.array_split(x, repeats)]))
+
+
+def repeat_phase_means(ranks: Sequence, per_repeat: int) -> dict[str, float]:
+    """Every phase's median of means over repeats (see median_of_means), each repeat's mean
+    taken over all ranks; ``ranks`` as phase_means takes them, each rank's samples the
+    repeats' ``per_repeat`` kept steps one after another."""
+    per_rank = [r["phases"] if isinstance(r, Mapping) else r.phases for r in ranks]
+    out: dict[str, float] = {}
+    for name in per_rank[0] if per_rank else ():
+        series = [np.asarray(p.get(name, []), dtype=float) for p in per_rank]
+        n = min(len(x) for x in series)
+        if n == 0:
+            continue
+        together = np.mean([x[:n] for x in series], axis=0)  # the ranks' mean, step by step
+        out[name] = median_of_means(together, per_repeat)
+    return out
+
+
 def compute_variability(ranks: Sequence) -> float:
     """How much one rank's compute varies on its own, as the coefficient of variation that,
     drawn independently for every compute phase, gives the measured spread between ranks.

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import runner
-from .fit import fit_from_measurements, phase_means
+from .fit import fit_from_measurements, median_of_means, phase_means, repeat_phase_means
 from .models import buffer_bytes, build_model, gradient_bytes
 from .phases import STEP
 from .profile import (
@@ -38,7 +38,7 @@ Log = Callable[[str], None]
 class CalibrationOptions:
     world_sizes: tuple[int, ...] = (1, 2)
     out: str = "profile.json"
-    repeats: int = 3  # spawns per world size, interleaved, pooled
+    repeats: int = 4  # spawns per world size, interleaved; figures are medians over them
     run: runner.RunConfig = runner.RunConfig()
 
 
@@ -108,7 +108,7 @@ def format_sweep_table(rows: Sequence[dict], world_size: int, backend: str) -> s
     busbw = algbw * 2 (n - 1) / n)."""
     lines = [
         f"# all_reduce sum, float32, world size {world_size}, backend {backend}; "
-        "time = mean over iterations of the slowest rank",
+        "time = mean over iterations of the slowest rank (median over repeats)",
         f"#{'size':>11} {'count':>12} {'type':>7} {'time':>11} {'algbw':>8} {'busbw':>8}",
         f"#{'(B)':>11} {'(elements)':>12} {'':>7} {'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8}",
     ]
@@ -163,7 +163,8 @@ class _Recorder:
         cfg = self.opts.run
         if task in ("train", "compute"):
             pooled = _pool(m.samples if task == "train" else m.compute_samples, key, result["ranks"])
-            means = phase_means(pooled)
+            per_repeat = cfg.steps - cfg.warmup
+            means = repeat_phase_means(pooled, per_repeat)
             this = phase_means(result["ranks"])
             kept = len(pooled[0].phases[STEP])
             if task == "train":
@@ -171,12 +172,14 @@ class _Recorder:
                 m.step_time_s[key] = means[STEP]
                 m.repeat_step_time_s.setdefault(key, []).append(this[STEP])
                 self.log(f"  train ({cfg.mode}) world size {ws}: {len(pooled)} ranks x {kept} kept steps; "
-                         f"step {this[STEP] * 1e3:.2f} ms this run, {means[STEP] * 1e3:.2f} ms over all")
+                         f"step {this[STEP] * 1e3:.2f} ms this run, {means[STEP] * 1e3:.2f} ms over all "
+                         "(median of the repeats' means)")
                 self.log(f"    {_fmt_phases(means)}")
             else:
                 m.compute_only[key] = means
                 if result.get("solo"):
-                    m.compute_solo[key] = phase_means(_pool(m.compute_solo_samples, key, result["solo"]))
+                    m.compute_solo[key] = repeat_phase_means(_pool(m.compute_solo_samples, key, result["solo"]),
+                                                             per_repeat)
                 self.log(f"  compute only, {ws} rank(s) at once: step {this[STEP] * 1e3:.2f} ms this run, "
                          f"{means[STEP] * 1e3:.2f} ms over all")
                 if key in m.compute_solo:
@@ -192,7 +195,7 @@ class _Recorder:
                 if not samples:  # a row from a runner that kept no samples: its mean only
                     samples = [r["time_s"]] * r["iters"]
                 points.append(AllreducePoint(
-                    world_size=r["world_size"], bytes=r["bytes"], time_s=statistics.fmean(samples),
+                    world_size=r["world_size"], bytes=r["bytes"], time_s=median_of_means(samples, r["iters"]),
                     iters=len(samples), median_s=statistics.median(samples), samples_s=samples))
             m.allreduce = [p for p in m.allreduce if p.world_size != ws] + points
             self.log(format_sweep_table([p.model_dump() for p in points], ws, cfg.backend))

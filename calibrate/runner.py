@@ -546,10 +546,10 @@ def _sweep_iters(nbytes: int, override: int) -> tuple[int, int]:
     if override > 0:
         return max(1, override // 5), override
     if nbytes <= 1 * MiB:
-        return 5, 50
+        return 5, 40
     if nbytes <= 16 * MiB:
-        return 2, 20
-    return 1, 8
+        return 2, 15
+    return 1, 6
 
 
 def _allreduce_sweep(env: RankEnv, cfg: RunConfig) -> list[dict]:

@@ -331,3 +331,14 @@ def test_compute_variability_keeps_what_one_rank_suffers_alone():
     m.compute_samples["2"] = ranks[:2]  # the fit takes it from the compute-only run of 2 ranks
     fit = fit_from_measurements(m, {"discriminator": 935940, "generator": 8205536})
     assert fit["compute_cv"] == pytest.approx(compute_variability(ranks[:2]))
+
+
+def test_median_of_means_ignores_a_slow_minority_of_repeats():
+    from calibrate.fit import median_of_means, repeat_phase_means
+
+    # five repeats of four steps; the second ran in a slow spell of the machine
+    values = [10.0] * 4 + [30.0] * 4 + [11.0] * 4 + [9.0] * 4 + [10.5] * 4
+    assert median_of_means(values, 4) == pytest.approx(10.5)
+    assert median_of_means([1.0, 2.0, 3.0], 10) == pytest.approx(2.0)  # one (short) repeat: its mean
+    ranks = [{"rank": 0, "phases": {"step_s": values}}, {"rank": 1, "phases": {"step_s": [v + 1 for v in values]}}]
+    assert repeat_phase_means(ranks, 4) == {"step_s": pytest.approx(11.0)}
