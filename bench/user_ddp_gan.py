@@ -16,14 +16,15 @@ Usage::
     torchrun --nproc-per-node 2 bench/user_ddp_gan.py --steps 60 --warmup 10
 
 It prints the mean step time (s) per world size (wall time of the timed steps between two
-barriers, divided by their number; with ``--repeats N`` the mean over N fresh runs per world
-size, run in turn), and with ``--json`` one JSON object on stdout.
+barriers, divided by their number; with ``--repeats N``, N fresh runs per world size, run in
+turn: their mean, their median and each run), and with ``--json`` one JSON object on stdout.
 """
 
 import argparse
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 
@@ -129,7 +130,7 @@ def train(rank, world_size, args, results=None):
         if results is not None:
             results.put((world_size, mean_step, lossD.item(), lossG.item()))
         else:
-            report({world_size: mean_step}, args)
+            report({world_size: [mean_step]}, args)
     dist.destroy_process_group()
 
 
@@ -139,15 +140,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-def report(times, args):
-    """Mean step time per world size: lines on stdout, or one JSON object with --json."""
+def report(runs, args):
+    """Step time per world size (the mean over the runs, their median, each run's mean):
+    lines on stdout, or one JSON object with --json."""
+    mean = {ws: sum(t) / len(t) for ws, t in runs.items()}
+    median = {ws: statistics.median(t) for ws, t in runs.items()}
     if not args.json:
-        for ws in sorted(times):
-            print(f"world_size={ws} mean_step_s={times[ws]:.6f}")
+        for ws in sorted(runs):
+            each = " ".join(f"{t:.6f}" for t in runs[ws])
+            print(f"world_size={ws} mean_step_s={mean[ws]:.6f} median_step_s={median[ws]:.6f} runs={each}")
     else:
         print(json.dumps({"model": "paper-mlp-gan", "batch_size": args.batch_size,
                           "steps": args.steps, "warmup": args.warmup, "backend": args.backend,
-                          "mean_step_s": {str(k): v for k, v in sorted(times.items())}}))
+                          "mean_step_s": {str(k): v for k, v in sorted(mean.items())},
+                          "median_step_s": {str(k): v for k, v in sorted(median.items())},
+                          "runs_step_s": {str(k): v for k, v in sorted(runs.items())}}))
 
 
 def main():
@@ -181,7 +188,7 @@ def main():
             _, mean_step, _, _ = results.get()
             runs.setdefault(ws, []).append(mean_step)
             print(f"[world size {ws} done: {mean_step:.6f} s/step]", file=sys.stderr, flush=True)
-    report({ws: sum(t) / len(t) for ws, t in runs.items()}, args)
+    report(runs, args)
 
 
 if __name__ == "__main__":
