@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping, TypeVar
 
 from pydantic import Field
 
 from .config import Scenario, StorageSpec, Strict, parse, positive_int_list, read_yaml, shipped_dir
 from .errors import UserInputError
+
+T = TypeVar("T")
 
 HOUR = 3600.0
 
@@ -149,13 +151,17 @@ def storage_names() -> list[str]:
     return sorted(load_catalog().storage)
 
 
-def get_platform(name: str, *, source: str | None = None, field: str = "platform") -> PlatformSpec:
-    catalog = load_catalog()
+def catalog_entry(table: Mapping[str, T], name: str, what: str, *, source: str | None, field: str) -> T:
+    """`table[name]`, or the one-line error naming what is allowed."""
     try:
-        return catalog.platforms[name]
+        return table[name]
     except KeyError:
-        raise UserInputError(f"unknown platform {name!r}; allowed: {', '.join(platform_names())}",
+        raise UserInputError(f"unknown {what} {name!r}; allowed: {', '.join(sorted(table))}",
                              source=source, field=field) from None
+
+
+def get_platform(name: str, *, source: str | None = None, field: str = "platform") -> PlatformSpec:
+    return catalog_entry(load_catalog().platforms, name, "platform", source=source, field=field)
 
 
 @lru_cache(maxsize=64)

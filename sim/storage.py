@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 
 from .config import Scenario, StorageSpec
-from .errors import UserInputError
 
 MB = 1e6
 SEQUENTIAL_REQUEST_BYTES = 1024 * 1024
@@ -33,14 +32,9 @@ def resolve_storage(spec: str | StorageSpec | None, *, source: str | None = None
     """A catalog name (platforms/*.yaml `storage:` entries) or an inline volume."""
     if spec is None or isinstance(spec, StorageSpec):
         return spec
-    from .costing import load_catalog
+    from .costing import catalog_entry, load_catalog
 
-    catalog = load_catalog()
-    try:
-        return catalog.storage[spec]
-    except KeyError:
-        raise UserInputError(f"unknown storage class {spec!r}; allowed: {', '.join(sorted(catalog.storage))}",
-                             source=source, field=field) from None
+    return catalog_entry(load_catalog().storage, spec, "storage class", source=source, field=field)
 
 
 def request_rate(storage: StorageSpec) -> float:
