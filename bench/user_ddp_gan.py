@@ -167,7 +167,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1,
-                        help="fresh runs per world size, interleaved; the mean over them is reported")
+                        help="fresh runs per world size, in turn; their mean, median and each are reported")
     parser.add_argument("--json", action="store_true", help="print a JSON object on stdout")
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.repeats < 1:

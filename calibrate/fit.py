@@ -120,13 +120,17 @@ def fit_gamma(points: Iterable) -> tuple[float, float, list[float]]:
     return gamma, float(c), res
 
 
+def _phases_of(ranks: Sequence) -> list[Mapping[str, Sequence[float]]]:
+    """Each rank's ``{phase: samples}``; ``ranks`` items are dicts ``{"rank": r, "phases":
+    {...}}`` or objects with a ``phases`` attribute."""
+    return [r["phases"] if isinstance(r, Mapping) else r.phases for r in ranks]
+
+
 def phase_means(ranks: Sequence) -> dict[str, float]:
-    """Mean of every phase over all ranks and kept steps. ``ranks`` items are dicts
-    ``{"rank": r, "phases": {...}}`` or objects with a ``phases`` attribute."""
+    """Mean of every phase over all ranks and kept steps (``ranks`` as _phases_of takes)."""
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for r in ranks:
-        phases = r["phases"] if isinstance(r, Mapping) else r.phases
+    for phases in _phases_of(ranks):
         for name, values in phases.items():
             if values:
                 sums[name] = sums.get(name, 0.0) + float(np.sum(values))
@@ -147,7 +151,7 @@ def repeat_phase_means(ranks: Sequence, per_repeat: int) -> dict[str, float]:
     """Every phase's median of means over repeats (see median_of_means), each repeat's mean
     taken over all ranks; ``ranks`` as phase_means takes them, each rank's samples the
     repeats' ``per_repeat`` kept steps one after another."""
-    per_rank = [r["phases"] if isinstance(r, Mapping) else r.phases for r in ranks]
+    per_rank = _phases_of(ranks)
     out: dict[str, float] = {}
     for name in per_rank[0] if per_rank else ():
         series = [np.asarray(p.get(name, []), dtype=float) for p in per_rank]
@@ -169,7 +173,7 @@ def compute_variability(ranks: Sequence) -> float:
     machine (which delays nobody at a collective) and keeps what one rank suffers alone,
     Var(x_i - x_j) = 2 s^2. Returns sqrt(sum of the phases' s^2 / sum of their squared
     means), 0 with fewer than two ranks or samples."""
-    per_rank = [r["phases"] if isinstance(r, Mapping) else r.phases for r in ranks]
+    per_rank = _phases_of(ranks)
     variance = square = 0.0
     for name in COMPUTE_PHASES:
         series = [np.asarray(p.get(name, []), dtype=float) for p in per_rank]

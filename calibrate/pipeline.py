@@ -155,9 +155,9 @@ class _Recorder:
         return handle
 
     def record(self, ws: int, task: str, result: Any) -> None:
-        """Add one spawn's results. Repeats pool: every figure is over all the samples of
-        all the spawns so far (a process's speed on a shared VM is a lottery, and ranks
-        placed in one spawn are not placed in the next)."""
+        """Add one spawn's results. The samples of the repeats are kept one after another;
+        every figure is the median over the repeats so far of each one's mean (a process's
+        speed on a shared VM is a lottery from one start to the next)."""
         key = str(ws)
         m = self.measured
         cfg = self.opts.run
@@ -191,9 +191,7 @@ class _Recorder:
             before = {p.bytes: p.samples_s for p in m.allreduce if p.world_size == ws}
             points = []
             for r in rows:
-                samples = before.get(r["bytes"], []) + list(r.get("samples_s", []))
-                if not samples:  # a row from a runner that kept no samples: its mean only
-                    samples = [r["time_s"]] * r["iters"]
+                samples = before.get(r["bytes"], []) + list(r["samples_s"])
                 points.append(AllreducePoint(
                     world_size=r["world_size"], bytes=r["bytes"], time_s=median_of_means(samples, r["iters"]),
                     iters=len(samples), median_s=statistics.median(samples), samples_s=samples))

@@ -10,10 +10,12 @@ Layout (world-size keys are strings, "1", "2", ...; every time is in seconds)::
                      mode, threads, gansim_version, python, + steps, warmup, d_steps,
                      world_sizes, launcher, platform},
       "measured": {
-        "step_time_s": {"2": 0.08},          # mean of every kept per-step sample, all ranks
+        "step_time_s": {"2": 0.08},     # median over the repeats of each one's mean step
+        "repeat_step_time_s": {"2": [0.079, 0.081, ...]},       # each repeat's mean step
         "samples": {"2": [{"rank": 0, "phases": {"data_s": [...], ..., "step_s": [...]}}]},
-        "phases": {"2": {"data_s": ..., "step_s": ...}},      # means of the samples
-        "allreduce": [{"world_size": 2, "bytes": 4096, "time_s": ..., "iters": 20}],
+        "phases": {"2": {"data_s": ..., "step_s": ...}},   # medians of the repeats' means
+        "allreduce": [{"world_size": 2, "bytes": 4096, "time_s": ..., "iters": 160,
+                       "median_s": ..., "samples_s": [...]}],
         "reduction": [{"bytes": 65536, "time_s": ..., "iters": 20}],     # a += b
         "compute_only": {"1": {...phase means...}, "2": {...}},  # no communication,
                                                       # w ranks computing at once
@@ -24,6 +26,7 @@ Layout (world-size keys are strings, "1", "2", ...; every time is in seconds)::
         "alpha_s": ..., "beta_s_per_byte": ..., "gamma_s_per_byte": ...,
         "compute": {"data_s": ..., "d_forward_s": ..., ..., "step_s": ...},  # world size 1
         "core_sharing": {"1": 1.0, "2": 1.15},
+        "compute_cv": 0.1,                   # each rank's own variability (stragglers)
         "gradient_bytes": {"discriminator": 935940, "generator": 8205536},
         "residuals": {"2": {"4096": 0.03, ...}},     # (predicted - measured) / measured
         "rms_relative_residual": ...
@@ -71,7 +74,7 @@ class Provenance(_Model):
     python: str = ""
     steps: Optional[int] = None
     warmup: Optional[int] = None
-    repeats: int = Field(1, ge=1)  # spawns per world size, pooled
+    repeats: int = Field(1, ge=1)  # spawns per world size; figures are medians over them
     d_steps: int = Field(1, ge=1)
     world_sizes: list[int] = Field(default_factory=list)
     launcher: str = "spawn"
@@ -85,7 +88,8 @@ class Provenance(_Model):
 class AllreducePoint(_Model):
     world_size: int = Field(ge=2)
     bytes: int = Field(gt=0)
-    time_s: float = Field(gt=0)  # mean over the timed iterations of the slowest rank
+    # the slowest rank's mean over the timed iterations (the median of the repeats' means)
+    time_s: float = Field(gt=0)
     iters: Optional[int] = None
     median_s: Optional[float] = None
     samples_s: list[float] = Field(default_factory=list)  # every timed iteration, slowest rank
@@ -157,7 +161,8 @@ class Fit(_Model):
     gamma_s_per_byte: float = Field(ge=0)
     compute: dict[str, float]
     core_sharing: dict[str, float] = Field(default_factory=dict)
-    # coefficient of variation of each compute phase of one rank (world size 1), for stragglers
+    # each rank's own coefficient of variation of its compute phases (stragglers), from the
+    # spread between ranks computing at once (fit.compute_variability)
     compute_cv: float = Field(0.0, ge=0)
     gradient_bytes: GradientBytes
     buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)

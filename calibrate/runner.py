@@ -39,7 +39,9 @@ overlapped all-reduce), ``d_allreduce_s`` (flat mode only), ``d_optimizer_s``,
 ``g_forward_s`` (G forward, D forward on the fakes), ``g_backward_s``, ``g_allreduce_s``
 (flat mode only), ``g_optimizer_s``; and ``step_s``, the whole step from its start to the
 next one's (the training loop has no per-step barrier, as users train; the compute-only
-loop lines its ranks up with one before each step, outside the timing). With ``d_steps > 1`` the ``d_*`` phases are per discriminator step (the
+loop at world size > 1 lines its ranks up before every phase, outside the phase timings,
+so its ``step_s`` includes those waits). With ``d_steps > 1`` the ``d_*`` phases are per
+discriminator step (the
 mean of the step's ``d_steps`` repetitions). Warm-up steps are dropped; every other
 per-step sample of every rank is kept.
 

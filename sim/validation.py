@@ -26,6 +26,10 @@ class Comparison:
     def repeat_spread(self) -> float | None:
         return repeat_spread(self.measured_repeats_s)
 
+    def speedup_at(self, step_s: float) -> float:
+        """The measured speed-up had this size's step taken `step_s` (the base unchanged)."""
+        return self.measured_speedup * self.measured_step_s / step_s
+
     @property
     def step_error(self) -> float:
         return (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
@@ -88,10 +92,9 @@ def write_validation(out_dir: Path, report: ValidationReport, *, source: str) ->
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=sizes, y=sizes, mode="lines", name="ideal", line={"dash": "dot", "color": "grey"}))
     # the bars span the speed-ups of the fastest and the slowest repeat at that size
-    base = report.rows[0].measured_step_s * report.rows[0].world_size / report.rows[0].measured_speedup
-    high = [r.world_size * base / min(r.measured_repeats_s) - r.measured_speedup if r.measured_repeats_s else 0.0
+    high = [r.speedup_at(min(r.measured_repeats_s)) - r.measured_speedup if r.measured_repeats_s else 0.0
             for r in report.rows]
-    low = [r.measured_speedup - r.world_size * base / max(r.measured_repeats_s) if r.measured_repeats_s else 0.0
+    low = [r.measured_speedup - r.speedup_at(max(r.measured_repeats_s)) if r.measured_repeats_s else 0.0
            for r in report.rows]
     fig.add_trace(go.Scatter(x=sizes, y=[r.measured_speedup for r in report.rows], mode="lines+markers",
                              name="measured (bars: range over repeats)",
