@@ -26,6 +26,7 @@ from .profile import (
     Provenance,
     RankSamples,
     ReductionPoint,
+    NOTABLE_STEAL,
     UNSTEADY_SPREAD,
     partial_path,
     write_profile_atomic,
@@ -71,6 +72,28 @@ def _load_average() -> Optional[float]:
         return float(os.getloadavg()[0])
     except (AttributeError, OSError):
         return None
+
+
+def cpu_steal_ticks() -> Optional[tuple[int, int]]:
+    """(stolen, all) CPU time since boot, in clock ticks summed over the CPUs, from the
+    first line of /proc/stat (user nice system idle iowait irq softirq steal; guest time
+    is already inside user and nice). None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_between(before: Optional[tuple[int, int]], after: Optional[tuple[int, int]]) -> Optional[float]:
+    """The share of all CPU time stolen between two `cpu_steal_ticks` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return max(0.0, min(1.0, (after[0] - before[0]) / (after[1] - before[1])))
 
 
 def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
@@ -153,6 +176,15 @@ class _Recorder:
             self.save_partial()
 
         return handle
+
+    def record_steal(self, ws: int, stolen: Optional[float]) -> None:
+        if stolen is None:
+            return
+        self.measured.steal_fraction.setdefault(str(ws), []).append(stolen)
+        if stolen > NOTABLE_STEAL:
+            self.log(f"  the hypervisor gave {stolen:.0%} of this machine's CPU time to other guests "
+                     "during that run (steal)")
+        self.save_partial()
 
     def record(self, ws: int, task: str, result: Any) -> None:
         """Add one spawn's results. The samples of the repeats are kept one after another;
@@ -275,11 +307,13 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
         for rep, ws, tasks in plan(opts.world_sizes, opts.repeats):
             again = f" (repeat {rep + 1}/{opts.repeats})" if opts.repeats > 1 else ""
             rec.log(f"[world size {ws}]{again} {', '.join(tasks)}")
+            before = cpu_steal_ticks()
             if torchrun:
                 runner.run_tasks_in_group(cfg, ws, tasks, device=device, local_rank=local,
                                           on_task=rec.on_task(ws, rep))
             else:
                 runner.run_local(cfg, ws, tasks, on_task=rec.on_task(ws, rep), log=rec.log)
+            rec.record_steal(ws, steal_between(before, cpu_steal_ticks()))
         if torchrun:
             import torch.distributed as dist
 
@@ -326,5 +360,10 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                     f"{' / '.join(f'{t * 1e3:.1f}' for t in runs)} ms in the {len(runs)} repeats "
                     f"({spread:.0%} apart): the machine was not steady, and every figure of this "
                     "profile carries that noise; rerun when it is quieter, or with more --repeats")
+    stolen = [s for runs in profile.measured.steal_fraction.values() for s in runs]
+    if stolen and max(stolen) > NOTABLE_STEAL:
+        rec.log(f"warning: the hypervisor took {min(stolen):.0%}-{max(stolen):.0%} of this machine's "
+                "CPU time during the runs (steal in /proc/stat): this VM shares its physical cores "
+                "with other guests, and its timings move with their load, from one minute to the next")
     rec.log(f"wrote {opts.out}")
     return profile

@@ -19,7 +19,8 @@ Layout (world-size keys are strings, "1", "2", ...; every time is in seconds)::
         "reduction": [{"bytes": 65536, "time_s": ..., "iters": 20}],     # a += b
         "compute_only": {"1": {...phase means...}, "2": {...}},  # no communication,
                                                       # w ranks computing at once
-        "compute_samples": {"1": [{"rank": 0, "phases": {...}}]}
+        "compute_samples": {"1": [{"rank": 0, "phases": {...}}]},
+        "steal_fraction": {"1": [0.01, ...], "2": [...]}   # per spawn, in repeat order
       },
       "fit": {
         "allreduce_model": "ring",
@@ -39,7 +40,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -111,6 +112,10 @@ class RankSamples(_Model):
 # validate says so beside the errors)
 UNSTEADY_SPREAD = 0.15
 
+# The share of the machine's CPU time a virtual machine's hypervisor gave to other guests
+# (steal) beyond which calibrate warns: their load then sets the timings
+NOTABLE_STEAL = 0.05
+
 
 def repeat_spread(runs: Sequence[float]) -> Optional[float]:
     """Slowest over fastest repeat, minus 1 (None with fewer than two repeats)."""
@@ -131,10 +136,13 @@ class Measured(_Model):
     # compute at once (the denominator of the core-sharing factor)
     compute_solo: dict[str, dict[str, float]] = Field(default_factory=dict)
     compute_solo_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
+    # per world size, each spawn's share of all CPU time that was stolen (a VM's hypervisor
+    # running other guests on its cores; /proc/stat), in repeat order; empty off Linux
+    steal_fraction: dict[str, list[Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
 
     _keys = field_validator(
         "step_time_s", "repeat_step_time_s", "samples", "phases", "compute_only", "compute_samples",
-        "compute_solo", "compute_solo_samples",
+        "compute_solo", "compute_solo_samples", "steal_fraction",
     )(_check_ws_keys)
 
     def repeat_spread(self, world_size: str) -> Optional[float]:

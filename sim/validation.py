@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.profile import UNSTEADY_SPREAD, Profile, repeat_spread
+from calibrate.profile import NOTABLE_STEAL, UNSTEADY_SPREAD, Profile, repeat_spread
 
 from .calibrated import predict
 from .results import atomic_write, to_json
@@ -21,6 +21,7 @@ class Comparison:
     measured_speedup: float
     predicted_speedup: float
     measured_repeats_s: tuple[float, ...] = ()  # each repeat's own mean step
+    steal_fractions: tuple[float, ...] = ()  # each repeat's share of CPU time stolen
 
     @property
     def repeat_spread(self) -> float | None:
@@ -45,15 +46,21 @@ class ValidationReport:
         lines = [f"validation of {prov.model} on {prov.device} ({prov.backend}, {prov.mode}, batch {prov.batch_size} "
                  f"per rank, {prov.cores} cores)",
                  f"{'ranks':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>8} {'speedup meas':>13} "
-                 f"{'speedup pred':>13}  measured per repeat (ms)"]
+                 f"{'speedup pred':>13}  measured per repeat (ms)  [CPU steal per repeat]"]
         for r in self.rows:
             runs = " / ".join(f"{t * 1e3:.1f}" for t in r.measured_repeats_s)
+            if r.steal_fractions:
+                runs += "  [" + " / ".join(f"{s:.0%}" for s in r.steal_fractions) + "]"
             lines.append(f"{r.world_size:>5} {r.measured_step_s * 1e3:>12.3f} {r.predicted_step_s * 1e3:>13.3f} "
                          f"{r.step_error:>+8.1%} {r.measured_speedup:>13.3f} {r.predicted_speedup:>13.3f}  {runs}")
         unsteady = [r for r in self.rows if (r.repeat_spread or 0) > UNSTEADY_SPREAD]
         for r in unsteady:
             lines.append(f"note: at {r.world_size} ranks the repeats differ by {r.repeat_spread:.0%}: the machine "
                          "was not steady while calibrating, and errors within that are noise")
+        stolen = [s for r in self.rows for s in r.steal_fractions]
+        if stolen and max(stolen) > NOTABLE_STEAL:
+            lines.append(f"note: the hypervisor took up to {max(stolen):.0%} of the CPU time while calibrating (steal): "
+                         "this VM's speed moves with other guests' load, and so will any later measurement")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -62,7 +69,8 @@ class ValidationReport:
             "rows": [{"world_size": r.world_size, "measured_step_time_s": r.measured_step_s,
                       "predicted_step_time_s": r.predicted_step_s, "step_time_error": r.step_error,
                       "measured_speedup": r.measured_speedup, "predicted_speedup": r.predicted_speedup,
-                      "measured_repeats_step_time_s": list(r.measured_repeats_s)}
+                      "measured_repeats_step_time_s": list(r.measured_repeats_s),
+                      "steal_fraction_per_repeat": list(r.steal_fractions)}
                      for r in self.rows],
         }
 
@@ -81,7 +89,8 @@ def validate(profile: Profile) -> ValidationReport:
     for w in sizes:
         p = predictions[w]
         rows.append(Comparison(w, measured[w], p.step_time_s, w * base / measured[w] if base else float("nan"),
-                               p.speedup, tuple(profile.measured.repeat_step_time_s.get(str(w), ()))))
+                               p.speedup, tuple(profile.measured.repeat_step_time_s.get(str(w), ())),
+                               tuple(profile.measured.steal_fraction.get(str(w), ()))))
     return ValidationReport(profile, rows)
 
 

@@ -136,6 +136,8 @@ def test_end_to_end_tiny_calibration(tmp_path, capsys):
     assert set(p.fit.residuals["2"]) == {str(4096 * 2 ** k) for k in range(9)}
     # two spawns per world size, pooled: 2 kept steps each, 3 sweep iterations each
     assert p.provenance.repeats == 2
+    if os.path.exists("/proc/stat"):  # the CPU steal of each spawn, in repeat order
+        assert {ws: len(v) for ws, v in p.measured.steal_fraction.items()} == {"1": 2, "2": 2}
     for ws in ("1", "2"):
         ranks = p.measured.samples[ws]
         assert len(ranks) == int(ws)

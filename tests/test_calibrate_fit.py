@@ -178,6 +178,8 @@ def test_profile_round_trip(tmp_path):
     (lambda d: d["measured"]["step_time_s"].__setitem__("two", 0.1), "measured.step_time_s"),
     (lambda d: d["measured"]["allreduce"][3].__setitem__("world_size", 1),
      "measured.allreduce.3.world_size"),
+    (lambda d: d["measured"].__setitem__("steal_fraction", {"1": [0.02, 1.5]}),
+     "measured.steal_fraction.1.1"),
     (lambda d: d.__setitem__("schema", 7), "schema"),
     (lambda d: d.pop("fit"), "fit"),
 ])
@@ -342,3 +344,22 @@ def test_median_of_means_ignores_a_slow_minority_of_repeats():
     assert median_of_means([1.0, 2.0, 3.0], 10) == pytest.approx(2.0)  # one (short) repeat: its mean
     ranks = [{"rank": 0, "phases": {"step_s": values}}, {"rank": 1, "phases": {"step_s": [v + 1 for v in values]}}]
     assert repeat_phase_means(ranks, 4) == {"step_s": pytest.approx(11.0)}
+
+
+def test_steal_share_between_two_readings_of_proc_stat(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from calibrate import pipeline
+
+    assert pipeline.steal_between((10, 1000), (30, 1200)) == pytest.approx(0.1)
+    assert pipeline.steal_between((10, 1000), (10, 1500)) == 0.0
+    assert pipeline.steal_between(None, (30, 1200)) is None
+    assert pipeline.steal_between((10, 1000), (10, 1000)) is None  # no time passed
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 5 20 800 10 0 5 60 40 0\ncpu0 50 2 10 400 5 0 2 30 20 0\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(
+        stat if path == "/proc/stat" else path, *a, **k))
+    assert pipeline.cpu_steal_ticks() == (60, 1000)  # guest time is already in user
+    stat.write_text("intr 1 2 3\n")
+    assert pipeline.cpu_steal_ticks() is None

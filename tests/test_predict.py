@@ -110,6 +110,7 @@ def test_validate_shows_each_repeat_and_flags_an_unsteady_machine(tmp_path, caps
     steady.measured.repeat_step_time_s = {"1": [0.069, 0.071], "2": [0.088, 0.092]}
     unsteady = profile()
     unsteady.measured.repeat_step_time_s = {"1": [0.069, 0.071], "2": [0.07, 0.12]}
+    unsteady.measured.steal_fraction = {"1": [0.01, 0.0], "2": [0.02, 0.17]}
     for name, p in (("steady", steady), ("unsteady", unsteady)):
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(p.model_dump(mode="json", by_alias=True)))
@@ -119,6 +120,10 @@ def test_validate_shows_each_repeat_and_flags_an_unsteady_machine(tmp_path, caps
     text = capsys.readouterr().out
     assert "88.0 / 92.0" in text and "70.0 / 120.0" in text
     assert text.count("not steady") == 1 and "at 2 ranks the repeats differ by 71%" in text
+    assert "70.0 / 120.0  [2% / 17%]" in text and text.count("(steal)") == 1
+    assert "up to 17% of the CPU time" in text
+    rows = json.loads((tmp_path / "unsteady" / "validation.json").read_text())["rows"]
+    assert rows[1]["steal_fraction_per_repeat"] == [0.02, 0.17]
 
 
 def test_rank_variability_from_the_profile_makes_two_ranks_wait_and_leaves_one_alone():
