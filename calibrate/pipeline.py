@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import runner
+from .machine import cpu_name, cores, cpu_steal_ticks, load_average, steal_between
 from .fit import fit_from_measurements, median_of_means, phase_means, repeat_phase_means
 from .models import buffer_bytes, build_model, gradient_bytes
 from .phases import STEP
@@ -43,57 +44,10 @@ class CalibrationOptions:
     run: runner.RunConfig = runner.RunConfig()
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _device_name(backend: str) -> str:
     if backend == "nccl" and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return "cpu"
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _load_average() -> Optional[float]:
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
-
-
-def cpu_steal_ticks() -> Optional[tuple[int, int]]:
-    """(stolen, all) CPU time since boot, in clock ticks summed over the CPUs, from the
-    first line of /proc/stat (user nice system idle iowait irq softirq steal; guest time
-    is already inside user and nice). None where there is no /proc/stat."""
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            fields = fh.readline().split()
-    except OSError:
-        return None
-    if len(fields) < 9 or fields[0] != "cpu":
-        return None
-    ticks = [int(x) for x in fields[1:9]]
-    return ticks[7], sum(ticks)
-
-
-def steal_between(before: Optional[tuple[int, int]], after: Optional[tuple[int, int]]) -> Optional[float]:
-    """The share of all CPU time stolen between two `cpu_steal_ticks` readings."""
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return max(0.0, min(1.0, (after[0] - before[0]) / (after[1] - before[1])))
 
 
 def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
@@ -110,7 +64,7 @@ def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=cfg.model,
         batch_size=cfg.batch_size,
-        cores=_cores(),
+        cores=cores(),
         mode=cfg.mode,
         threads=cfg.threads,
         gansim_version=version,
@@ -121,8 +75,8 @@ def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
         d_steps=cfg.d_steps,
         world_sizes=list(opts.world_sizes),
         launcher=launcher,
-        platform=f"{platform.system()} {platform.release()} {platform.machine()}; {_cpu_name()}",
-        load_average_start=_load_average(),
+        platform=f"{platform.system()} {platform.release()} {platform.machine()}; {cpu_name()}",
+        load_average_start=load_average(),
     )
 
 
@@ -322,7 +276,7 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
         if rank != 0:
             return None
         fit = fit_from_measurements(rec.measured, grad_bytes, buf_bytes)
-        provenance = provenance.model_copy(update={"load_average_end": _load_average()})
+        provenance = provenance.model_copy(update={"load_average_end": load_average()})
         profile = Profile.model_validate({
             "schema": 1,
             "provenance": provenance.model_dump(),

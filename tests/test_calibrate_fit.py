@@ -347,19 +347,18 @@ def test_median_of_means_ignores_a_slow_minority_of_repeats():
 
 
 def test_steal_share_between_two_readings_of_proc_stat(tmp_path, monkeypatch):
-    pytest.importorskip("torch")
-    from calibrate import pipeline
+    from calibrate import machine
 
-    assert pipeline.steal_between((10, 1000), (30, 1200)) == pytest.approx(0.1)
-    assert pipeline.steal_between((10, 1000), (10, 1500)) == 0.0
-    assert pipeline.steal_between(None, (30, 1200)) is None
-    assert pipeline.steal_between((10, 1000), (10, 1000)) is None  # no time passed
+    assert machine.steal_between((10, 1000), (30, 1200)) == pytest.approx(0.1)
+    assert machine.steal_between((10, 1000), (10, 1500)) == 0.0
+    assert machine.steal_between(None, (30, 1200)) is None
+    assert machine.steal_between((10, 1000), (10, 1000)) is None  # no time passed
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq steal guest guest_nice
     stat.write_text("cpu  100 5 20 800 10 0 5 60 40 0\ncpu0 50 2 10 400 5 0 2 30 20 0\n")
     real_open = open
     monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(
         stat if path == "/proc/stat" else path, *a, **k))
-    assert pipeline.cpu_steal_ticks() == (60, 1000)  # guest time is already in user
+    assert machine.cpu_steal_ticks() == (60, 1000)  # guest time is already in user
     stat.write_text("intr 1 2 3\n")
-    assert pipeline.cpu_steal_ticks() is None
+    assert machine.cpu_steal_ticks() is None
