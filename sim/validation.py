@@ -55,7 +55,8 @@ class ValidationReport:
                          f"{r.step_error:>+8.1%} {r.measured_speedup:>13.3f} {r.predicted_speedup:>13.3f}  {runs}")
         unsteady = [r for r in self.rows if (r.repeat_spread or 0) > UNSTEADY_SPREAD]
         for r in unsteady:
-            lines.append(f"note: at {r.world_size} ranks the repeats differ by {r.repeat_spread:.0%}: the machine "
+            lines.append(f"note: at {r.world_size} rank{'s' if r.world_size > 1 else ''} the repeats differ by "
+                         f"{r.repeat_spread:.0%}: the machine "
                          "was not steady while calibrating, and errors within that are noise")
         stolen = [s for r in self.rows for s in r.steal_fractions]
         if stolen and max(stolen) > NOTABLE_STEAL:
