@@ -306,6 +306,12 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
         rec.log("warning: the all-reduce sweep fits the ring closed form poorly (see "
                 "fit.residuals); a busy machine or a too small --sizes range gives noisy "
                 "points: rerun on a quiet machine or widen --sizes")
+    largest_swept = max((pt.bytes for pt in profile.measured.allreduce), default=0)
+    largest_gradient = max(grad_bytes.values())
+    if largest_swept < largest_gradient:
+        rec.log(f"warning: the sweep's largest all-reduce ({largest_swept} B) is smaller than the "
+                f"largest gradient the predictions all-reduce ({largest_gradient} B): beta is "
+                f"extrapolated beyond what was measured; widen --sizes to at least {largest_gradient} B")
     rec.log("core sharing: " + ", ".join(f"{w} ranks x{v:.3f}" for w, v in f.core_sharing.items()))
     for ws, runs in profile.measured.repeat_step_time_s.items():
         spread = profile.measured.repeat_spread(ws)

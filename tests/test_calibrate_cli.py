@@ -120,6 +120,9 @@ def test_end_to_end_tiny_calibration(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "busbw" in err and "algbw" in err and "[world size 2] (repeat 2/2)" in err
+    # a 1 MiB sweep does not reach G's 8.2 MB of gradients
+    assert "the sweep's largest all-reduce (1048576 B) is smaller than the largest gradient" in err
+    assert "(8205536 B): beta is extrapolated" in err
     assert not (tmp_path / "profile.partial.json").exists()
     p = load_profile(out)
     assert p.provenance.backend == "gloo" and p.provenance.batch_size == 8
