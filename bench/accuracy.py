@@ -19,7 +19,6 @@ JSON, and ``rounds.json`` with every figure printed, rewritten atomically after 
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time

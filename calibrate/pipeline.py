@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import runner
-from .machine import cpu_name, cores, cpu_steal_ticks, load_average, steal_between
 from .fit import fit_from_measurements, median_of_means, phase_means, repeat_phase_means
+from .machine import cores, cpu_name, cpu_steal_ticks, load_average, steal_between
 from .models import buffer_bytes, build_model, gradient_bytes
 from .phases import STEP
 from .profile import (
@@ -26,8 +26,8 @@ from .profile import (
     Profile,
     Provenance,
     RankSamples,
-    ReductionPoint,
     NOTABLE_STEAL,
+    ReductionPoint,
     UNSTEADY_SPREAD,
     partial_path,
     write_profile_atomic,
@@ -320,9 +320,9 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                     f"{' / '.join(f'{t * 1e3:.1f}' for t in runs)} ms in the {len(runs)} repeats "
                     f"({spread:.0%} apart): the machine was not steady, and every figure of this "
                     "profile carries that noise; rerun when it is quieter, or with more --repeats")
-    stolen = [s for runs in profile.measured.steal_fraction.values() for s in runs]
-    if stolen and max(stolen) > NOTABLE_STEAL:
-        rec.log(f"warning: the hypervisor took {min(stolen):.0%}-{max(stolen):.0%} of this machine's "
+    steal = profile.measured.notable_steal()
+    if steal is not None:
+        rec.log(f"warning: the hypervisor took {steal[0]:.0%}-{steal[1]:.0%} of this machine's "
                 "CPU time during the runs (steal in /proc/stat): this VM shares its physical cores "
                 "with other guests, and its timings move with their load, from one minute to the next")
     rec.log(f"wrote {opts.out}")

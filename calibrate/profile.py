@@ -149,6 +149,12 @@ class Measured(_Model):
         """How far apart the training step's repeats were at `world_size` (see repeat_spread)."""
         return repeat_spread(self.repeat_step_time_s.get(world_size, []))
 
+    def notable_steal(self) -> Optional[tuple[float, float]]:
+        """(least, most) CPU steal over every spawn when the most exceeds NOTABLE_STEAL,
+        else None: the cue for calibrate's warning and validate's note."""
+        stolen = [s for runs in self.steal_fraction.values() for s in runs]
+        return (min(stolen), max(stolen)) if stolen and max(stolen) > NOTABLE_STEAL else None
+
 
 class GradientBytes(_Model):
     discriminator: int = Field(gt=0)

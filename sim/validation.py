@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.profile import NOTABLE_STEAL, UNSTEADY_SPREAD, Profile, repeat_spread
+from calibrate.profile import UNSTEADY_SPREAD, Profile, repeat_spread
 
 from .calibrated import predict
 from .results import atomic_write, to_json
@@ -58,9 +58,9 @@ class ValidationReport:
             lines.append(f"note: at {r.world_size} rank{'s' if r.world_size > 1 else ''} the repeats differ by "
                          f"{r.repeat_spread:.0%}: the machine "
                          "was not steady while calibrating, and errors within that are noise")
-        stolen = [s for r in self.rows for s in r.steal_fractions]
-        if stolen and max(stolen) > NOTABLE_STEAL:
-            lines.append(f"note: the hypervisor took up to {max(stolen):.0%} of the CPU time while calibrating (steal): "
+        steal = self.profile.measured.notable_steal()
+        if steal is not None:
+            lines.append(f"note: the hypervisor took up to {steal[1]:.0%} of the CPU time while calibrating (steal): "
                          "this VM's speed moves with other guests' load, and so will any later measurement")
         return "\n".join(lines)
 
