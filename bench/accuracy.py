@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from calibrate.machine import cpu_steal_ticks, steal_between
-from calibrate.profile import write_text_atomic
+from gansim.calibration.machine import cpu_steal_ticks, steal_between
+from gansim.core.files import atomic_write as write_text_atomic
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,7 +64,7 @@ def main() -> int:
         parser.error(f"{fixed[0]} is set by this script (the user script trains paper-mlp-gan with DDP)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gansim = [sys.executable, "-m", "sim.cli"]
+    gansim = [sys.executable, "-m", "gansim"]
     user = [sys.executable, str(HERE / "user_ddp_gan.py"), "--world-sizes", args.world_sizes,
             "--steps", str(args.user_steps), "--warmup", "10", "--batch-size", str(args.batch_size),
             "--repeats", str(args.user_repeats), "--json"]

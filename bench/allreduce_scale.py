@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from sim.config import Scenario
-from sim.scenario import simulate_point
-from sim.topology import topology_from_dict
+from gansim.core.config import Scenario
+from gansim.runner.point import simulate_point
+from gansim.topology.graph import topology_from_dict
 
 
 def measure(gpus: int, algorithm: str, nbytes: int) -> tuple[float, dict]:

@@ -60,9 +60,10 @@ def main() -> int:
     parser.add_argument("--out", help="also write the outputs gansim simulate writes, here")
     args = parser.parse_args()
 
-    from sim.cli import run_on_executor
-    from sim.results import write_run_outputs
-    from sim.scenario import load_scenario, run_requests
+    from gansim.cli.simulate import run_on_executor
+    from gansim.outputs.results import write_run_outputs
+    from gansim.runner.sweep import run_requests
+    from gansim.whatif.study import load_scenario
 
     with tempfile.TemporaryDirectory() as tmp:
         loaded = load_scenario(str(write_inputs(Path(tmp), args.bytes)))

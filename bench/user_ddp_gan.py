@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """An ordinary PyTorch DDP training script of the seed-002 MLP GAN, written the way a user
-would write it, independent of gansim (it imports nothing from calibrate/ or sim/).
+would write it, independent of gansim (it imports nothing from gansim).
 
 It exists so that gansim's predictions can be compared with a script gansim did not write:
 the same workload (seed 002, Table 2: G 50 -> 1200 BN -> 1000 BN -> 784 sigmoid; D 784 ->

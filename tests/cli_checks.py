@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli import main
+from gansim.cli.main import main
 
 
 def run_bad(capsys, argv) -> str:

@@ -1,4 +1,4 @@
-"""calibrate.cli: flag validation, no torch at import time, an end-to-end tiny calibration."""
+"""gansim.cli.calibrate: flag validation, no torch at import time, an end-to-end tiny calibration."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from calibrate.cli import INSTALL_HINT, add_calibrate_parser, main, parse_sizes, validate_args
-from sim.errors import UserInputError
+from gansim.cli.calibrate import INSTALL_HINT, parse_sizes, register, validate_args
+from gansim.cli.main import main
+from gansim.core.errors import UserInputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def parse(*argv):
     parser = argparse.ArgumentParser(prog="gansim")
     sub = parser.add_subparsers(dest="command", required=True)
-    add_calibrate_parser(sub)
+    register(sub)
     return parser.parse_args(["calibrate", *argv])
 
 
@@ -77,14 +78,15 @@ def test_parse_sizes_units():
 def test_cli_does_not_import_torch_and_explains_how_to_install():
     code = (
         "import sys; sys.modules['torch'] = None\n"  # makes `import torch` fail
-        "import calibrate, calibrate.cli, calibrate.fit, calibrate.profile\n"
-        "from sim.errors import UserInputError\n"
+        "import gansim.calibration, gansim.cli.calibrate, gansim.calibration.fit, gansim.calibration.profile\n"
+        "import gansim.calibration.run_config\n"
+        "from gansim.core.errors import UserInputError\n"
         "import argparse\n"
         "p = argparse.ArgumentParser(); s = p.add_subparsers()\n"
-        "calibrate.cli.add_calibrate_parser(s)\n"
+        "gansim.cli.calibrate.register(s)\n"
         "a = p.parse_args(['calibrate', '--out', 'x.json'])\n"
         "try:\n"
-        "    calibrate.cli.run_calibrate(a)\n"
+        "    gansim.cli.calibrate.run_calibrate(a)\n"
         "except UserInputError as e:\n"
         "    print('ERR', e)\n"
     )
@@ -92,7 +94,8 @@ def test_cli_does_not_import_torch_and_explains_how_to_install():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ERR" in out.stdout and INSTALL_HINT in out.stdout
-    code2 = "import sys, calibrate.cli, calibrate.profile, calibrate.fit; print('torch' in sys.modules)"
+    code2 = ("import sys, gansim.cli.calibrate, gansim.calibration.profile, gansim.calibration.fit, "
+             "gansim.calibration.run_config; print('torch' in sys.modules)")
     out2 = subprocess.run([sys.executable, "-c", code2], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert out2.stdout.strip() == "False", out2.stderr
@@ -102,7 +105,7 @@ def test_nccl_without_cuda_is_a_clear_user_error(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")  # never on the CPU-only CI machine
-    from calibrate.cli import run_calibrate
+    from gansim.cli.calibrate import run_calibrate
 
     with pytest.raises(UserInputError) as err:
         run_calibrate(parse("--backend", "nccl", "--out", str(tmp_path / "p.json")))
@@ -111,7 +114,7 @@ def test_nccl_without_cuda_is_a_clear_user_error(tmp_path):
 
 def test_end_to_end_tiny_calibration(tmp_path, capsys):
     pytest.importorskip("torch")
-    from calibrate.profile import load_profile
+    from gansim.calibration.profile import load_profile
 
     out = tmp_path / "profile.json"
     rc = main(["calibrate", "--world-sizes", "1,2", "--steps", "3", "--warmup", "1",
@@ -159,14 +162,14 @@ def test_under_torchrun(tmp_path):
     """The multi-node path: ranks started by torchrun (here 2 on this machine), world size
     1 on a subgroup, rank 0 writes the profile."""
     pytest.importorskip("torch")
-    from calibrate.profile import load_profile
+    from gansim.calibration.profile import load_profile
 
     out = tmp_path / "profile.json"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                           "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "calibrate.cli", "calibrate", "--world-sizes", "1,2", "--steps", "3",
+           "-m", "gansim", "calibrate", "--world-sizes", "1,2", "--steps", "3",
            "--warmup", "1", "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
            "--repeats", "1", "--timeout-s", "60", "--out", str(out)]
     res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,

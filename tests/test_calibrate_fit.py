@@ -1,4 +1,4 @@
-"""calibrate.fit and calibrate.profile: the alpha-beta fit, profile round trip, bad files,
+"""gansim.calibration.fit and gansim.calibration.profile: the alpha-beta fit, profile round trip, bad files,
 atomic writes, and a failed calibration never touching a good profile."""
 
 from __future__ import annotations
@@ -9,38 +9,38 @@ import os
 import numpy as np
 import pytest
 
-from calibrate.fit import (
+from gansim.calibration.fit import (
     core_sharing,
     fit_alpha_beta,
     fit_from_measurements,
     fit_gamma,
     phase_means,
-    ring_allreduce_time,
 )
-from calibrate.profile import (
+from gansim.calibration.profile import (
     Measured,
     PartialProfile,
     Profile,
     load_profile,
     partial_path,
     write_profile_atomic,
-    write_text_atomic,
 )
-from sim.errors import UserInputError
+from gansim.collectives.closed_forms import ring_time
+from gansim.core.errors import UserInputError
+from gansim.core.files import atomic_write
 
 ALPHA, BETA, GAMMA = 35e-6, 0.8e-9, 0.05e-9
 SIZES = [4096 * 2 ** k for k in range(15)]  # 4 KiB .. 64 MiB
 
 
 def synthetic_points(world_sizes=(2, 3, 4), alpha=ALPHA, beta=BETA, gamma=GAMMA):
-    return [(p, n, ring_allreduce_time(p, n, alpha, beta, gamma)) for p in world_sizes
+    return [(p, n, ring_time(p, n, alpha, beta, gamma)) for p in world_sizes
             for n in SIZES]
 
 
 def test_ring_closed_form():
-    assert ring_allreduce_time(1, 1e6, 1, 1, 1) == 0.0
+    assert ring_time(1, 1e6, 1, 1, 1) == 0.0
     # p = 2: 2 alpha + n beta + n/2 gamma
-    assert ring_allreduce_time(2, 1000, 1e-5, 1e-9, 1e-10) == pytest.approx(2e-5 + 1e-6 + 5e-8)
+    assert ring_time(2, 1000, 1e-5, 1e-9, 1e-10) == pytest.approx(2e-5 + 1e-6 + 5e-8)
 
 
 @pytest.mark.parametrize("world_sizes", [(2,), (2, 3, 4), (2, 8)])
@@ -240,7 +240,7 @@ def test_atomic_write_never_leaves_a_half_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError):
-        write_text_atomic("x" * 100000, target)
+        atomic_write(target, "x" * 100000)
     monkeypatch.undo()
     assert target.read_bytes() == before
     assert _listing(tmp_path) == ["profile.json"]  # no temporary file left behind
@@ -263,7 +263,8 @@ def test_atomic_write_never_leaves_a_half_file(tmp_path, monkeypatch):
 @pytest.mark.parametrize("failure", ["error", "interrupt"])
 def test_failed_calibration_keeps_old_profile_and_leaves_partial(tmp_path, monkeypatch, failure):
     pytest.importorskip("torch")
-    from calibrate import pipeline, runner
+    from gansim.calibration import launch, pipeline
+    from gansim.calibration.run_config import CalibrationError, RunConfig
 
     out = tmp_path / "profile.json"
     write_profile_atomic(make_profile(), out)
@@ -274,14 +275,14 @@ def test_failed_calibration_keeps_old_profile_and_leaves_partial(tmp_path, monke
         ranks = [{"rank": 0, "phases": {k: [0.001, 0.002] for k in PHASE_NAMES}}]
         on_task("compute", {"ranks": ranks})
         if failure == "error":
-            raise runner.CalibrationError("rank 0 exited with code 3 during phase data_s",
+            raise CalibrationError("rank 0 exited with code 3 during phase data_s",
                                           rank=0, phase="data_s")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "run_local", fake_run_local)
+    monkeypatch.setattr(launch, "run_local", fake_run_local)
     opts = pipeline.CalibrationOptions(world_sizes=(1, 2), out=str(out),
-                                       run=runner.RunConfig(steps=3, warmup=1))
-    expected = runner.CalibrationError if failure == "error" else KeyboardInterrupt
+                                       run=RunConfig(steps=3, warmup=1))
+    expected = CalibrationError if failure == "error" else KeyboardInterrupt
     with pytest.raises(expected):
         pipeline.run_calibration(opts, log=lambda s: None)
     assert out.read_bytes() == before  # the good profile is untouched
@@ -318,7 +319,7 @@ def test_core_sharing_compares_compute_phases_not_the_step_with_its_alignment_wa
 
 
 def test_compute_variability_keeps_what_one_rank_suffers_alone():
-    from calibrate.fit import compute_variability
+    from gansim.calibration.fit import compute_variability
 
     rng = np.random.default_rng(5)
     common = rng.normal(0, 3.0, 20000)  # the whole machine slows down: delays nobody
@@ -336,7 +337,7 @@ def test_compute_variability_keeps_what_one_rank_suffers_alone():
 
 
 def test_median_of_means_ignores_a_slow_minority_of_repeats():
-    from calibrate.fit import median_of_means, repeat_phase_means
+    from gansim.calibration.fit import median_of_means, repeat_phase_means
 
     # five repeats of four steps; the second ran in a slow spell of the machine
     values = [10.0] * 4 + [30.0] * 4 + [11.0] * 4 + [9.0] * 4 + [10.5] * 4
@@ -347,7 +348,7 @@ def test_median_of_means_ignores_a_slow_minority_of_repeats():
 
 
 def test_steal_share_between_two_readings_of_proc_stat(tmp_path, monkeypatch):
-    from calibrate import machine
+    from gansim.calibration import machine
 
     assert machine.steal_between((10, 1000), (30, 1200)) == pytest.approx(0.1)
     assert machine.steal_between((10, 1000), (10, 1500)) == 0.0

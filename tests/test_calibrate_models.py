@@ -1,4 +1,4 @@
-"""calibrate.models: the paper's GAN exactly, DCGAN shapes, custom factories."""
+"""gansim.calibration.models: the paper's GAN exactly, DCGAN shapes, custom factories."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the calibrate extra; installed in CI
 
-from calibrate.models import (  # noqa: E402
+from gansim.calibration.models import (  # noqa: E402
     MODELS,
     build_model,
     check_model_shapes,
     gradient_bytes,
     trainable_parameters,
 )
-from sim.errors import UserInputError  # noqa: E402
+from gansim.core.errors import UserInputError  # noqa: E402
 
 
 def test_paper_mlp_gan_parameter_counts():
@@ -93,7 +93,7 @@ def test_custom_factory_from_file(tmp_path):
 
 def test_custom_factory_module_form(tmp_path, monkeypatch):
     (tmp_path / "gan_mod_for_test.py").write_text(
-        "from calibrate.models import paper_mlp_gan as make\n")
+        "from gansim.calibration.models import paper_mlp_gan as make\n")
     monkeypatch.chdir(tmp_path)
     g, d, latent, shape = build_model("gan_mod_for_test:make")
     assert trainable_parameters(g) == 2_051_384

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from sim.cli import main
+from gansim.cli.main import main
 from tests.cli_checks import run_bad
 
 BOX = {

@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from sim.closed_forms import (
+from gansim.collectives.closed_forms import (
     CLOSED_FORMS,
     algbw,
     binomial_tree_time,
@@ -23,8 +23,8 @@ from sim.closed_forms import (
     reduce_to_one_time,
     ring_time,
 )
-from sim.collectives import ALGORITHMS, Schedule, build_schedule
-from sim.errors import UserInputError
+from gansim.collectives.schedules import ALGORITHMS, Schedule, build_schedule
+from gansim.core.errors import UserInputError
 
 ALPHA, BETA, GAMMA = Fraction(3), Fraction(5, 7), Fraction(11, 13)
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.collectives import (
-    broadcast,
+from gansim.collectives.schedules import (
     ALGORITHMS,
     Schedule,
     Step,
+    broadcast,
     build_schedule,
     execute_on_arrays,
     segment_bounds,
 )
-from sim.errors import SimulationError, UserInputError
+from gansim.core.errors import SimulationError, UserInputError
 
 EXPECTED = {
     "ring",

@@ -11,25 +11,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.config import Scenario
-from sim.costing import (
-    DATASETS,
-    add_plan_parser,
+from gansim.cli.plan import register as add_plan_parser
+from gansim.cli.plan import run_plan
+from gansim.core.config import Scenario
+from gansim.core.errors import UserInputError
+from gansim.outputs.figures import figures_for
+from gansim.whatif.catalog import (
     catalog_dir,
     get_platform,
     load_catalog,
     load_catalog_from,
-    pareto_front,
-    plan,
     platform_names,
     platform_topology,
     run_cost,
-    run_plan,
 )
-from sim.errors import UserInputError
-from sim.scenario import load_scenario
-from sim.whatif import figures_for
+from gansim.whatif.datasets import DATASETS
+from gansim.whatif.plan import pareto_front, plan
+from gansim.whatif.study import load_scenario
 from tests.cli_checks import run_bad
 
 SEEDS = ["seed000-dcgan-clouds", "seed001-resource-aware", "seed001-resource-aware-pcie",

@@ -7,13 +7,14 @@ import math
 
 import pytest
 
-from sim.cli import main
-from sim.config import Scenario
-from sim.elastic import simulate_elastic
-from sim.errors import UserInputError
-from sim.scenario import load_scenario
-from sim.topology import load_topology
-from sim.whatif import check_scenario, evaluate_scenario_extensions, figures_for
+from gansim.cli.main import main
+from gansim.core.config import Scenario
+from gansim.core.errors import UserInputError
+from gansim.outputs.figures import figures_for
+from gansim.topology.graph import load_topology
+from gansim.whatif.elastic import simulate_elastic
+from gansim.whatif.extensions import evaluate_scenario_extensions
+from gansim.whatif.study import load_scenario
 
 DGX1 = "dgx1-v100"
 

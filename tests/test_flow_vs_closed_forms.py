@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sim.closed_forms import binomial_broadcast_time, binomial_tree_time, halving_doubling_time, paper_allreduce_time, ring_time
-from sim.config import Scenario, TrainingOptions
-from sim.scenario import simulate_point
-from sim.topology import topology_from_dict
+from gansim.collectives.closed_forms import (
+    binomial_broadcast_time,
+    binomial_tree_time,
+    halving_doubling_time,
+    paper_allreduce_time,
+    ring_time,
+)
+from gansim.core.config import Scenario, TrainingOptions
+from gansim.runner.point import simulate_point
+from gansim.topology.graph import topology_from_dict
 
 ALPHA_US, BW_GBPS = 3.0, 20.0
 
@@ -67,7 +73,7 @@ def test_paper_model_is_equations_5_to_7():
 
 def test_contention_makes_flow_slower_than_alpha_beta_on_a_shared_root_complex():
     # reduce_to_one on the paper's box: three GPUs send to gpu0 through one host->gpu0 link
-    from sim.topology import load_topology
+    from gansim.topology.graph import load_topology
 
     topo = load_topology("paper-gtx1080ti-pcie")
     nbytes = 8_000_000

@@ -1,4 +1,4 @@
-"""Tests for sim.generators and the shipped topology files."""
+"""Tests for gansim.topology.generators and the shipped topology files."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import networkx as nx
 import pytest
 import yaml
 
-from sim.errors import UserInputError
-from sim.generators import DGX1_NVLINK_BRICKS, GENERATORS, generate
+from gansim.core.errors import UserInputError
+from gansim.topology.generators import DGX1_NVLINK_BRICKS, GENERATORS, generate
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
 NODE_KINDS = {"gpu", "cpu", "host", "pcie_switch", "nvswitch", "nic", "switch"}

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cli import main
-from sim.config import Scenario
-from sim.memory import (
+from gansim.core.config import Scenario
+from gansim.outputs.figures import figures_for
+from gansim.runner.point import oom_record
+from gansim.topology.graph import load_topology
+from gansim.training.memory import (
     bytes_per_gradient_element,
     gan_activation_bytes,
     layer_outputs,
@@ -16,9 +18,8 @@ from sim.memory import (
     quantize_seconds,
     recompute_extra_forward,
 )
-from sim.topology import load_topology
-from sim.whatif import evaluate_run_extensions, figures_for, oom_record
-from sim.workloads import ARCHITECTURES, StepPhases
+from gansim.training.workloads import ARCHITECTURES, StepPhases
+from gansim.whatif.extensions import evaluate_run_extensions
 from tests.cli_checks import run_bad
 
 PAPER_BOX = "paper-gtx1080ti-pcie"

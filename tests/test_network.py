@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.network import FlowNetwork, max_min_rates
+from gansim.network.flows import FlowNetwork, max_min_rates
 
 GB = 1e9
 
@@ -48,8 +48,8 @@ def test_opposite_directions_of_a_full_duplex_link_do_not_interfere():
 
 
 def test_contention_through_the_topology_doubles_a_transfer(write_yaml):
-    from sim.cluster import Cluster
-    from sim.topology import load_topology
+    from gansim.network.cluster import Cluster
+    from gansim.topology.graph import load_topology
 
     path = write_yaml("star.yaml", {
         "name": "star", "nodes": [{"id": "sw", "kind": "pcie_switch"}] + [
@@ -107,8 +107,8 @@ def test_rounding_never_leaves_a_flow_with_negative_bytes_stuck():
     import sys
 
     code = (
-        "from sim.config import Scenario; from sim.scenario import simulate_point; "
-        "from sim.topology import topology_from_dict; "
+        "from gansim.core.config import Scenario; from gansim.runner.point import simulate_point; "
+        "from gansim.topology.graph import topology_from_dict; "
         "t = topology_from_dict({'name': 'b', 'generator': 'multi_node', 'params': {'nodes': 8}}, 'b'); "
         "s = Scenario(name='x', topology='b', workload='paper-mlp-gan', gpus=[64], steps=1); "
         "print(simulate_point(s, t, 64, 'ring')['step_time_s'])"

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from calibrate.profile import Profile
-from sim.calibrated import predict, profile_workload
-from sim.cli import main
+from gansim.calibration.profile import Profile
+from gansim.cli.main import main
+from gansim.prediction.calibrated import predict, profile_workload
 
 PHASES = ("data_s", "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s")
 

@@ -8,9 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.config import Scenario
-from sim.reliability import (
+from gansim.core.config import Scenario
+from gansim.outputs.figures import figures_for
+from gansim.topology.graph import load_topology
+from gansim.whatif.extensions import evaluate_run_extensions
+from gansim.whatif.reliability import (
     RunModel,
     curve_intervals,
     expected_wall_s,
@@ -19,8 +21,6 @@ from sim.reliability import (
     simulate_run,
     young_daly_interval_s,
 )
-from sim.topology import load_topology
-from sim.whatif import evaluate_run_extensions, figures_for
 from tests.cli_checks import run_bad
 
 FAULTY = RunModel(step_s=0.1, total_steps=20_000, every_steps=500, checkpoint_s=5.0, restore_s=5.0,
@@ -115,7 +115,7 @@ def test_a_hopeless_run_stops_instead_of_looping():
 
 # ----------------------------------------------------------------------------- the scenario level
 def test_run_extensions_report_goodput_and_young_daly_beside_the_chosen_interval():
-    from sim.scenario import simulate_point
+    from gansim.runner.point import simulate_point
 
     s = Scenario.model_validate(base(checkpoint={"every_steps": 50, "storage_bandwidth_GBps": 0.001},
                                      failures={"mtbf_hours_per_gpu": 0.05, "restart_s": 2.0}, seed=5))

@@ -5,7 +5,7 @@ The browser check renders a local HTML page in Debian's headless chromium and re
 scripts ran (`--dump-dom`, with a virtual time budget so timers and load handlers fire).
 
 Why this way: no WebDriver or extra Python package is needed, and the page itself
-reports what the tests need in attributes of <html> and of each plot: sim/report.py puts
+reports what the tests need in attributes of <html> and of each plot: gansim/outputs/report.py puts
 an error hook before plotly.js (data-gansim-errors: uncaught errors and rejected promises,
 plotly's included) and a census after load (data-gansim-plots; per plot
 data-gansim-traces / data-gansim-points, read from plotly's drawn state), while the
@@ -26,9 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from sim.report import validation_page
-
+from gansim.cli.main import main
+from gansim.outputs.report import validation_page
 
 # ----------------------------------------------------------------------------- the browser
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -113,7 +112,7 @@ def test_report_is_self_contained_and_deterministic(table3, tmp_path):
     # plotly.js is inlined; nothing is fetched from anywhere
     assert "Plotly" in text and len(text) > 3_000_000
     assert not re.search(r"<script[^>]+src=", text)
-    from sim.report import plotly_js
+    from gansim.outputs.report import plotly_js
 
     ours = text.replace(plotly_js(), "")  # plotly.js itself holds links it never loads
     assert not re.search(r"(href|src)=[\"']https?://", ours)

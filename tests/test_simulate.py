@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from sim.cli import main
-from sim.config import Scenario, TrainingOptions
-from sim.scenario import load_scenario, simulate_point, simulate_scenario
-from sim.topology import load_topology
-from sim.training import ddp_buckets
+from gansim.cli.main import main
+from gansim.core.config import Scenario, TrainingOptions
+from gansim.runner.point import simulate_point
+from gansim.topology.graph import load_topology
+from gansim.training.step import ddp_buckets
+from gansim.whatif.study import load_scenario, simulate_scenario
 
 FIELDS = {"gpus", "algorithm", "cost_model", "topology", "scaling", "step_time_s", "speedup", "efficiency",
           "allreduce_time_s", "algbw_GBps", "busbw_GBps", "breakdown", "bottleneck"}

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cli import main
-from sim.config import Scenario, StorageSpec
-from sim.errors import UserInputError
-from sim.scenario import load_scenario, simulate_point, topology_for
-from sim.storage import (
+from gansim.cli.main import main
+from gansim.core.config import Scenario, StorageSpec
+from gansim.core.errors import UserInputError
+from gansim.runner.point import simulate_point
+from gansim.runner.scenario import topology_for
+from gansim.topology.graph import load_topology
+from gansim.whatif.extensions import evaluate_run_extensions
+from gansim.whatif.storage import (
     checkpoint_write_seconds,
     dataset_load_seconds,
     epoch_input_seconds,
@@ -19,8 +22,7 @@ from sim.storage import (
     sequential_seconds,
     step_with_input,
 )
-from sim.topology import load_topology
-from sim.whatif import evaluate_run_extensions
+from gansim.whatif.study import load_scenario
 
 INLINE = {"name": "cpu-gan", "networks": {
     "discriminator": {"params": 1000, "forward_s": 0.001, "backward_s": 0.002, "optimizer_s": 0.0001},

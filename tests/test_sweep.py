@@ -10,8 +10,11 @@ import json
 
 import pytest
 
-from sim.cli import main, make_executor
-from sim.scenario import load_scenario, run_requests, run_scenario, simulate_scenario
+from gansim.cli.main import main
+from gansim.cli.simulate import make_executor
+from gansim.outputs.trace import run_details
+from gansim.runner.sweep import run_requests
+from gansim.whatif.study import load_scenario, run_scenario, simulate_scenario
 
 SWEEP = {
     "name": "sw", "topology": "paper-gtx1080ti-pcie", "workload": "paper-mlp-gan", "gpus": [1, 2, 4],
@@ -99,7 +102,7 @@ def test_large_sweeps_trace_the_featured_runs_only(write_yaml, tmp_path):
     body = dict(SWEEP, gpus=[1, 2, 3, 4], algorithms=["ring", "tree", "halving_doubling", "reduce_to_one"],
                 workload={"allreduce_bytes": 1 << 16}, steps=1,
                 sweep={"link_bandwidth_scale": [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]})
-    result = run_scenario(load_scenario(str(write_yaml("big.yaml", body))), traces="auto")
+    result = run_scenario(load_scenario(str(write_yaml("big.yaml", body))), traces="auto", details=run_details)
     assert len(result.summary["runs"]) == 112
     traced = [i for i, d in enumerate(result.details) if "trace" in d]
     # per algorithm its largest GPU count, in the first four sweep combinations

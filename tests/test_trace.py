@@ -11,11 +11,17 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.config import Scenario, TrainingOptions
-from sim.scenario import simulate_point
-from sim.topology import load_topology
-from sim.trace import MAX_TRACE_EVENTS, chrome_trace, gantt, link_utilisation, merge_intervals
+from gansim.cli.main import main
+from gansim.core.config import Scenario, TrainingOptions
+from gansim.outputs.trace import (
+    MAX_TRACE_EVENTS,
+    chrome_trace,
+    gantt,
+    link_utilisation,
+    merge_intervals,
+)
+from gansim.runner.point import simulate_point
+from gansim.topology.graph import load_topology
 
 
 def timeline_of(topology: str, gpus: int, algorithm: str, *, workload="paper-mlp-gan", cost_model="flow",

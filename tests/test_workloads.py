@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.models import buffer_bytes, build_model, trainable_parameters
-from sim.workloads import ARCHITECTURES
+from gansim.calibration.models import buffer_bytes, build_model, trainable_parameters
+from gansim.training.workloads import ARCHITECTURES
 
 
 @pytest.mark.parametrize("name", ["paper-mlp-gan", "dcgan", "dcgan-32"])

@@ -1,0 +1,273 @@
+"""profile.json: the calibration profile (schema 1), as INTERFACES.md shows it.
+
+No torch import: ``gansim predict`` / ``validate`` read profiles on installs without torch.
+
+Layout (world-size keys are strings, "1", "2", ...; every time is in seconds)::
+
+    {
+      "schema": 1,
+      "provenance": {host, device, backend, torch, date, model, batch_size, cores,
+                     mode, threads, gansim_version, python, + steps, warmup, d_steps,
+                     world_sizes, launcher, platform},
+      "measured": {
+        "step_time_s": {"2": 0.08},     # median over the repeats of each one's mean step
+        "repeat_step_time_s": {"2": [0.079, 0.081, ...]},       # each repeat's mean step
+        "samples": {"2": [{"rank": 0, "phases": {"data_s": [...], ..., "step_s": [...]}}]},
+        "phases": {"2": {"data_s": ..., "step_s": ...}},   # medians of the repeats' means
+        "allreduce": [{"world_size": 2, "bytes": 4096, "time_s": ..., "iters": 160,
+                       "median_s": ..., "samples_s": [...]}],
+        "reduction": [{"bytes": 65536, "time_s": ..., "iters": 20}],     # a += b
+        "compute_only": {"1": {...phase means...}, "2": {...}},  # no communication,
+                                                      # w ranks computing at once
+        "compute_samples": {"1": [{"rank": 0, "phases": {...}}]},
+        "steal_fraction": {"1": [0.01, ...], "2": [...]}   # per spawn, in repeat order
+      },
+      "fit": {
+        "allreduce_model": "ring",
+        "alpha_s": ..., "beta_s_per_byte": ..., "gamma_s_per_byte": ...,
+        "compute": {"data_s": ..., "d_forward_s": ..., ..., "step_s": ...},  # world size 1
+        "core_sharing": {"1": 1.0, "2": 1.15},
+        "compute_cv": 0.1,                   # each rank's own variability (stragglers)
+        "gradient_bytes": {"discriminator": 935940, "generator": 8205536},
+        "residuals": {"2": {"4096": 0.03, ...}},     # (predicted - measured) / measured
+        "rms_relative_residual": ...
+      }
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gansim.core.errors import UserInputError
+from gansim.core.files import atomic_write
+
+SCHEMA_VERSION = 1
+
+
+def _check_ws_keys(value: dict) -> dict:
+    for key in value:
+        if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
+            raise ValueError(f"world-size key {key!r} must be a positive integer string")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class Provenance(_Model):
+    host: str
+    device: str
+    backend: str
+    torch: str
+    date: str
+    model: str
+    batch_size: int = Field(ge=1)
+    cores: int = Field(ge=1)
+    mode: str = "ddp"
+    threads: int = Field(1, ge=0)
+    gansim_version: str = ""
+    python: str = ""
+    steps: Optional[int] = None
+    warmup: Optional[int] = None
+    repeats: int = Field(1, ge=1)  # spawns per world size; figures are medians over them
+    d_steps: int = Field(1, ge=1)
+    world_sizes: list[int] = Field(default_factory=list)
+    launcher: str = "spawn"
+    platform: str = ""
+    # 1-minute load average before and after the runs: other work on the machine makes
+    # the measurements noisy (and core sharing too high)
+    load_average_start: Optional[float] = None
+    load_average_end: Optional[float] = None
+
+
+class AllreducePoint(_Model):
+    world_size: int = Field(ge=2)
+    bytes: int = Field(gt=0)
+    # the slowest rank's mean over the timed iterations (the median of the repeats' means)
+    time_s: float = Field(gt=0)
+    iters: Optional[int] = None
+    median_s: Optional[float] = None
+    samples_s: list[float] = Field(default_factory=list)  # every timed iteration, slowest rank
+
+
+class ReductionPoint(_Model):
+    bytes: int = Field(gt=0)
+    time_s: float = Field(gt=0)
+    iters: Optional[int] = None
+
+
+class RankSamples(_Model):
+    rank: int = Field(ge=0)
+    phases: dict[str, list[float]]
+
+
+# A training step's spread over a world size's repeats beyond which the machine was not
+# steady enough for the figures to be trusted to better than that (calibrate warns, and
+# validate says so beside the errors)
+UNSTEADY_SPREAD = 0.15
+
+# The share of the machine's CPU time a virtual machine's hypervisor gave to other guests
+# (steal) beyond which calibrate warns: their load then sets the timings
+NOTABLE_STEAL = 0.05
+
+
+def repeat_spread(runs: Sequence[float]) -> Optional[float]:
+    """Slowest over fastest repeat, minus 1 (None with fewer than two repeats)."""
+    return max(runs) / min(runs) - 1 if len(runs) > 1 and min(runs) > 0 else None
+
+
+class Measured(_Model):
+    step_time_s: dict[str, float] = Field(default_factory=dict)
+    # each repeat's (spawn's) own mean training step: the spread says how steady the machine was
+    repeat_step_time_s: dict[str, list[float]] = Field(default_factory=dict)
+    samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
+    phases: dict[str, dict[str, float]] = Field(default_factory=dict)
+    allreduce: list[AllreducePoint] = Field(default_factory=list)
+    reduction: list[ReductionPoint] = Field(default_factory=list)
+    compute_only: dict[str, dict[str, float]] = Field(default_factory=dict)
+    compute_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
+    # per world size w > 1: rank 0 computing a step alone just before each step the w ranks
+    # compute at once (the denominator of the core-sharing factor)
+    compute_solo: dict[str, dict[str, float]] = Field(default_factory=dict)
+    compute_solo_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
+    # per world size, each spawn's share of all CPU time that was stolen (a VM's hypervisor
+    # running other guests on its cores; /proc/stat), in repeat order; empty off Linux
+    steal_fraction: dict[str, list[Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
+
+    _keys = field_validator(
+        "step_time_s", "repeat_step_time_s", "samples", "phases", "compute_only", "compute_samples",
+        "compute_solo", "compute_solo_samples", "steal_fraction",
+    )(_check_ws_keys)
+
+    def repeat_spread(self, world_size: str) -> Optional[float]:
+        """How far apart the training step's repeats were at `world_size` (see repeat_spread)."""
+        return repeat_spread(self.repeat_step_time_s.get(world_size, []))
+
+    def notable_steal(self) -> Optional[tuple[float, float]]:
+        """(least, most) CPU steal over every spawn when the most exceeds NOTABLE_STEAL,
+        else None: the cue for calibrate's warning and validate's note."""
+        stolen = [s for runs in self.steal_fraction.values() for s in runs]
+        return (min(stolen), max(stolen)) if stolen and max(stolen) > NOTABLE_STEAL else None
+
+
+class GradientBytes(_Model):
+    discriminator: int = Field(gt=0)
+    generator: int = Field(gt=0)
+
+
+class BufferBytes(_Model):
+    """Each network's buffers (BatchNorm statistics; 0 without), for DDP's broadcast_buffers."""
+
+    discriminator: int = Field(default=0, ge=0)
+    generator: int = Field(default=0, ge=0)
+
+
+class Fit(_Model):
+    allreduce_model: Literal["ring"] = "ring"
+    alpha_s: float = Field(ge=0)
+    beta_s_per_byte: float = Field(ge=0)
+    gamma_s_per_byte: float = Field(ge=0)
+    compute: dict[str, float]
+    core_sharing: dict[str, float] = Field(default_factory=dict)
+    # each rank's own coefficient of variation of its compute phases (stragglers), from the
+    # spread between ranks computing at once (fit.compute_variability)
+    compute_cv: float = Field(0.0, ge=0)
+    gradient_bytes: GradientBytes
+    buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)
+    residuals: dict[str, dict[str, float]] = Field(default_factory=dict)
+    rms_relative_residual: Optional[float] = None
+
+    _keys = field_validator("core_sharing", "residuals")(_check_ws_keys)
+
+
+class Profile(_Model):
+    """A complete calibration profile (what ``gansim calibrate`` writes to ``--out``)."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, alias="schema")
+    provenance: Provenance
+    measured: Measured
+    fit: Fit
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
+
+
+class PartialProfile(_Model):
+    """What a calibration has measured so far (``<out>.partial.json``)."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, alias="schema")
+    complete: bool = False
+    stages_done: list[str] = Field(default_factory=list)
+    error: Optional[str] = None
+    provenance: Provenance
+    measured: Measured
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
+
+
+def partial_path(out: Union[str, os.PathLike]) -> str:
+    """``profile.json`` -> ``profile.partial.json`` (``x`` -> ``x.partial.json``)."""
+    out = os.fspath(out)
+    root, ext = os.path.splitext(out)
+    return (root if ext == ".json" else out) + ".partial.json"
+
+
+def write_profile_atomic(profile: Union[Profile, PartialProfile, dict],
+                         path: Union[str, os.PathLike]) -> None:
+    """Validate (a dict is validated as a :class:`Profile`) and write atomically."""
+    if isinstance(profile, dict):
+        profile = Profile.model_validate(profile)
+    atomic_write(path, profile.to_json())
+
+
+def _field_of(err: dict) -> str:
+    loc = [str(x) for x in err.get("loc", ())]
+    return ".".join(loc) if loc else "(top level)"
+
+
+def load_profile(path: Union[str, os.PathLike]) -> Profile:
+    """Read and validate a profile. Raises :class:`UserInputError` naming the file and the
+    field (dotted path, e.g. ``fit.alpha_s``) on a missing file, bad JSON or bad content."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise UserInputError("file does not exist", source=path, field="--profile") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserInputError(f"cannot read the file ({exc})", source=path) from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserInputError(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+            source=path, field="(json)",
+        ) from None
+    if not isinstance(data, dict):
+        raise UserInputError("must be a JSON object (a calibration profile)", source=path,
+                             field="(top level)")
+    if data.get("complete") is False and "fit" not in data:
+        raise UserInputError(
+            "this is a partial profile from an unfinished calibration (no fit); run "
+            "`gansim calibrate` to completion", source=path, field="fit")
+    if "schema" in data and data["schema"] != SCHEMA_VERSION:
+        raise UserInputError(f"unsupported schema {data['schema']!r}; allowed: {SCHEMA_VERSION}",
+                             source=path, field="schema")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        more = len(exc.errors()) - 1
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "missing":
+            msg = "required field is missing"
+        if more > 0:
+            msg += f" (and {more} more error{'s' if more > 1 else ''})"
+        raise UserInputError(msg, source=path, field=_field_of(err)) from None

@@ -1,0 +1,64 @@
+"""What one real calibration run is asked to do (no torch import: the CLI builds it before
+torch is checked), the tasks a rank can run, and the error a failed run raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gansim.core.units import KiB, MiB
+
+TASKS = ("train", "compute", "sweep", "reduce")
+
+
+
+def default_sweep_sizes(lo: int = 4 * KiB, hi: int = 64 * MiB) -> tuple[int, ...]:
+    """Sizes in bytes doubling from ``lo`` to ``hi`` (both included when ``hi/lo`` is a
+    power of two)."""
+    sizes = []
+    n = lo
+    while n <= hi:
+        sizes.append(n)
+        n *= 2
+    return tuple(sizes)
+
+
+DEFAULT_REDUCE_SIZES = default_sweep_sizes(64 * KiB, 64 * MiB)
+
+
+class CalibrationError(RuntimeError):
+    """A real run failed (a rank crashed, raised or hung). Not a user's input mistake."""
+
+    def __init__(self, message: str, *, rank: int | None = None, phase: str | None = None,
+                 task: str | None = None):
+        super().__init__(message)
+        self.rank = rank
+        self.phase = phase
+        self.task = task
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Options of one real run (all ranks get the same)."""
+
+    model: str = "paper-mlp-gan"
+    backend: str = "gloo"
+    mode: str = "ddp"  # ddp | flat
+    batch_size: int = 64  # per rank
+    steps: int = 30  # per task, warm-up included
+    warmup: int = 5
+    d_steps: int = 1
+    threads: int = 1  # torch threads per rank; 0 = leave torch's default
+    timeout_s: float = 120.0
+    seed: int = 0
+    lr: float = 1e-4  # seed 002, Table 1
+    betas: tuple[float, float] = (0.9, 0.999)  # seed 002, Table 1
+    sweep_sizes: tuple[int, ...] = field(default_factory=default_sweep_sizes)
+    sweep_iters: int = 0  # 0 = by size (20 / 10 / 5 iterations)
+    reduce_sizes: tuple[int, ...] = DEFAULT_REDUCE_SIZES
+    fault: Optional[str] = None
+    host: str = "127.0.0.1"  # rendezvous address for run_local
+
+    @property
+    def device_kind(self) -> str:
+        return "cuda" if self.backend == "nccl" else "cpu"

@@ -1,0 +1,38 @@
+"""The tasks a rank runs (``train``, ``compute``, ``sweep``, ``reduce``) and how the ranks'
+payloads of one task are merged."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from gansim.calibration.microbench import allreduce_sweep, reduce_bench
+from gansim.calibration.run_config import RunConfig
+from gansim.calibration.timing import RankEnv
+from gansim.calibration.training_loop import train_loop
+
+
+def execute_task(env: RankEnv, cfg: RunConfig, task: str) -> Any:
+    """Run one task on this rank and return its per-rank payload."""
+    if task == "train":
+        return {"samples": train_loop(env, cfg, communicate=True)[0]}
+    if task == "compute":
+        # at world size > 1, each step together follows one of rank 0 alone, so that the
+        # core-sharing factor compares like with like (this machine's speed drifts)
+        samples, solo = train_loop(env, cfg, communicate=False, solo_steps=True)
+        return {"samples": samples, "solo": solo}
+    if task == "sweep":
+        return {"rows": allreduce_sweep(env, cfg) if env.world_size > 1 else []}
+    if task == "reduce":
+        return {"rows": reduce_bench(env, cfg) if env.rank == 0 else []}
+    raise ValueError(f"unknown task {task!r}")
+
+
+def combine_task(task: str, payloads: Sequence[Any]) -> Any:
+    """Merge the per-rank payloads of one task (index = rank in the group)."""
+    if task in ("train", "compute"):
+        merged: dict[str, Any] = {"ranks": [{"rank": r, "phases": p["samples"]} for r, p in enumerate(payloads)]}
+        if payloads and payloads[0].get("solo"):
+            merged["solo"] = [{"rank": 0, "phases": payloads[0]["solo"]}]
+        return merged
+    # sweep rows are identical on every rank (MAX-reduced); reduce rows come from rank 0
+    return {"rows": payloads[0]["rows"]}

@@ -1,0 +1,1 @@
+"""The `gansim` command line, on top of every other layer."""

@@ -1,0 +1,266 @@
+"""``gansim calibrate``: argument parsing and validation (no torch import at import time).
+
+``gansim.cli.main`` calls :func:`register` on its subparsers and :func:`run_calibrate` with
+the parsed arguments. A user's mistake raises :class:`gansim.core.errors.UserInputError`
+(field = the flag); a failed real run prints one line and returns 1; an interrupted one
+returns 130.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+from gansim.calibration.run_config import CalibrationError, RunConfig
+from gansim.core.errors import UserInputError
+
+INSTALL_HINT = "pip install 'gansim[calibrate]' torch==2.13.0"
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
+_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure this machine with short real torch.distributed runs and write a profile",
+        description=(
+            "Run short real data-parallel GAN trainings (torch.distributed: gloo on CPU, "
+            "NCCL on GPU) and microbenchmarks (all-reduce sweep, local reduction, "
+            "per-phase compute, core sharing), fit alpha/beta/gamma and write profile.json. "
+            "Under torchrun every rank runs this command (multi-node calibration). "
+            "--model also accepts 'module.path:factory' or 'file.py:factory' where "
+            "factory() returns (generator, discriminator, latent_dim, sample_shape)."
+        ),
+    )
+    p.add_argument("--world-sizes", default="1,2", metavar="LIST",
+                   help="comma-separated world sizes to run (default 1,2; needs one >= 2)")
+    p.add_argument("--backend", default="gloo", metavar="gloo|nccl",
+                   help="torch.distributed backend: gloo (CPU) or nccl (GPU) (default gloo)")
+    p.add_argument("--model", default="paper-mlp-gan",
+                   metavar="paper-mlp-gan|dcgan|dcgan-32|module:factory",
+                   help="workload (default paper-mlp-gan)")
+    p.add_argument("--batch-size", default="64", metavar="N",
+                   help="per-rank batch size (default 64)")
+    p.add_argument("--steps", default="30", metavar="N",
+                   help="training steps per run, warm-up included (default 30)")
+    p.add_argument("--warmup", default="5", metavar="N",
+                   help="warm-up steps dropped from the samples (default 5)")
+    p.add_argument("--repeats", default="4", metavar="N",
+                   help="fresh spawns per world size, interleaved; every figure is the median "
+                        "over them of each one's mean: a process's speed on a shared machine "
+                        "varies from one start to the next (default 4)")
+    p.add_argument("--out", default="profile.json", metavar="FILE",
+                   help="profile to write (default profile.json); progress is kept in "
+                        "FILE's .partial.json until the run succeeds")
+    p.add_argument("--mode", default="ddp", metavar="ddp|flat",
+                   help="ddp: DistributedDataParallel, bucketed all-reduce overlapped with "
+                        "backward; flat: one all-reduce of the flattened gradients after "
+                        "backward (the paper's MirroredStrategy way) (default ddp)")
+    p.add_argument("--threads", default="1", metavar="N",
+                   help="torch threads per rank (default 1; 0 = torch's default)")
+    p.add_argument("--timeout-s", default="120", metavar="S",
+                   help="end the run when no rank progresses for this long; also the "
+                        "process-group timeout (default 120)")
+    p.add_argument("--sizes", default="4K:64M", metavar="LO:HI",
+                   help="all-reduce sweep sizes in bytes, doubling from LO to HI "
+                        "(K/M/G = KiB/MiB/GiB; default 4K:64M)")
+    p.add_argument("--sweep-iters", default="0", metavar="N",
+                   help="timed iterations per sweep size and repeat (default 0 = 40/15/6 "
+                        "up to 1 MiB / 16 MiB / beyond)")
+    p.add_argument("--d-steps", default="1", metavar="K",
+                   help="discriminator steps per generator step (default 1)")
+    p.add_argument("--seed", default="0", metavar="N", help="random seed (default 0)")
+    p.set_defaults(func=run_calibrate)
+
+
+# --------------------------------------------------------------------------- validation
+def _int(value, flag: str, *, minimum: int) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise UserInputError(f"{value!r} is not an integer; allowed: an integer >= {minimum}",
+                             field=flag) from None
+    if n < minimum:
+        raise UserInputError(f"{n} is too small; allowed: an integer >= {minimum}", field=flag)
+    return n
+
+
+def _float(value, flag: str) -> float:
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        raise UserInputError(f"{value!r} is not a number; allowed: seconds > 0",
+                             field=flag) from None
+    if not (x > 0) or x != x or x == float("inf"):
+        raise UserInputError(f"{value!r}: allowed: a finite number of seconds > 0", field=flag)
+    return x
+
+
+def parse_world_sizes(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts or any(not p for p in parts):
+        raise UserInputError(f"{text!r}: allowed: comma-separated positive integers, e.g. 1,2",
+                             field="--world-sizes")
+    sizes = []
+    for p in parts:
+        if not p.isdigit() or int(p) < 1:
+            raise UserInputError(f"{p!r} is not a positive integer; allowed: comma-separated "
+                                 "positive integers, e.g. 1,2", field="--world-sizes")
+        sizes.append(int(p))
+    if len(set(sizes)) != len(sizes):
+        raise UserInputError(f"{text!r} repeats a world size", field="--world-sizes")
+    if max(sizes) < 2:
+        raise UserInputError(
+            f"{text!r}: needs at least one world size >= 2 (the all-reduce sweep that fits "
+            "alpha and beta runs there)", field="--world-sizes")
+    return tuple(sorted(sizes))
+
+
+def parse_size(text: str, flag: str = "--sizes") -> int:
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise UserInputError(f"{text!r} is not a size; allowed: bytes such as 4096, 4K, 64M",
+                             field=flag)
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    if ":" not in str(text):
+        raise UserInputError(f"{text!r}: allowed: LO:HI, e.g. 4K:64M", field="--sizes")
+    lo_s, hi_s = str(text).split(":", 1)
+    lo, hi = parse_size(lo_s), parse_size(hi_s)
+    if lo < 4 or lo % 4:
+        raise UserInputError(f"LO {lo} B: allowed: a multiple of 4 bytes (float32), >= 4",
+                             field="--sizes")
+    if hi < lo:
+        raise UserInputError(f"HI {hi} B < LO {lo} B", field="--sizes")
+    if hi > 4 * 1024 ** 3:
+        raise UserInputError(f"HI {hi} B: allowed: at most 4G", field="--sizes")
+    sizes = []
+    n = lo
+    while n <= hi:
+        sizes.append(n)
+        n *= 2
+    if len(sizes) < 2:
+        raise UserInputError(f"{text!r} gives one size; the fit needs at least two "
+                             "(HI >= 2 x LO)", field="--sizes")
+    return tuple(sizes)
+
+
+def _check_out(path: str) -> str:
+    if not path or not str(path).strip():
+        raise UserInputError("empty path", field="--out")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise UserInputError(f"{path!r} is a directory; allowed: a file path", field="--out")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserInputError(f"directory {directory!r} does not exist", field="--out")
+    if not os.access(directory, os.W_OK):
+        raise UserInputError(f"directory {directory!r} is not writable", field="--out")
+    return path
+
+
+def validate_args(args) -> dict:
+    """Check every flag (no torch needed) and return the parsed values."""
+    values = {
+        "world_sizes": parse_world_sizes(args.world_sizes),
+        "backend": str(args.backend).strip(),
+        "model": str(args.model).strip(),
+        "batch_size": _int(args.batch_size, "--batch-size", minimum=1),
+        "steps": _int(args.steps, "--steps", minimum=1),
+        "warmup": _int(args.warmup, "--warmup", minimum=0),
+        "repeats": _int(args.repeats, "--repeats", minimum=1),
+        "out": _check_out(args.out),
+        "mode": str(args.mode).strip(),
+        "threads": _int(args.threads, "--threads", minimum=0),
+        "timeout_s": _float(args.timeout_s, "--timeout-s"),
+        "sweep_sizes": parse_sizes(args.sizes),
+        "sweep_iters": _int(args.sweep_iters, "--sweep-iters", minimum=0),
+        "d_steps": _int(args.d_steps, "--d-steps", minimum=1),
+        "seed": _int(args.seed, "--seed", minimum=0),
+    }
+    if values["backend"] not in ("gloo", "nccl"):
+        raise UserInputError(f"{values['backend']!r}; allowed: gloo, nccl", field="--backend")
+    if values["mode"] not in ("ddp", "flat"):
+        raise UserInputError(f"{values['mode']!r}; allowed: ddp, flat", field="--mode")
+    if not values["model"]:
+        raise UserInputError("empty model; allowed: paper-mlp-gan, dcgan, dcgan-32 or "
+                             "module.path:factory", field="--model")
+    if values["steps"] <= values["warmup"]:
+        raise UserInputError(
+            f"--steps {values['steps']} must be greater than --warmup {values['warmup']} "
+            "(steps include the warm-up)", field="--steps")
+    return values
+
+
+def _check_torch_side(values: dict) -> None:
+    import torch
+
+    from gansim.calibration.launch import launched_by_torchrun
+    from gansim.calibration.models import check_model_shapes
+
+    if values["backend"] == "nccl":
+        if not torch.cuda.is_available():
+            raise UserInputError("nccl needs CUDA GPUs and this torch sees none "
+                                 f"(torch {torch.__version__}); allowed here: gloo",
+                                 field="--backend")
+        if not launched_by_torchrun():
+            need = max(values["world_sizes"])
+            have = torch.cuda.device_count()
+            if have < need:
+                raise UserInputError(
+                    f"world size {need} needs {need} GPUs on this machine, found {have} "
+                    "(start multi-node runs with torchrun)", field="--world-sizes")
+    check_model_shapes(values["model"], batch=2, field="--model")
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_calibrate(args) -> int:
+    """Run ``gansim calibrate`` with parsed ``args``; returns the exit code."""
+    values = validate_args(args)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UserInputError(
+            f"calibration needs PyTorch, which is not installed; install it with: {INSTALL_HINT}",
+            field="calibrate",
+        ) from None
+    _check_torch_side(values)
+
+    from gansim.calibration import pipeline
+    from gansim.calibration.profile import partial_path
+
+    cfg = RunConfig(
+        model=values["model"],
+        backend=values["backend"],
+        mode=values["mode"],
+        batch_size=values["batch_size"],
+        steps=values["steps"],
+        warmup=values["warmup"],
+        d_steps=values["d_steps"],
+        threads=values["threads"],
+        timeout_s=values["timeout_s"],
+        seed=values["seed"],
+        sweep_sizes=values["sweep_sizes"],
+        sweep_iters=values["sweep_iters"],
+    )
+    opts = pipeline.CalibrationOptions(world_sizes=values["world_sizes"], out=values["out"],
+                                       repeats=values["repeats"], run=cfg)
+    try:
+        pipeline.run_calibration(opts, log=_log)
+    except CalibrationError as exc:
+        _log(f"gansim calibrate: error: {exc} (partial results in {partial_path(opts.out)}; "
+             f"{opts.out} was not changed)")
+        return 1
+    except KeyboardInterrupt:
+        _log(f"gansim calibrate: interrupted (partial results in {partial_path(opts.out)}; "
+             f"{opts.out} was not changed)")
+        return 130
+    return 0

@@ -1,0 +1,74 @@
+"""`gansim predict` and `gansim validate`: predictions from a calibration profile, and how
+they compare with what the calibrator measured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gansim.cli.args import EXIT_OK, positive_int_list
+
+
+def register(sub: Any) -> None:
+    pred = sub.add_parser("predict", help="predict step time and speed-up from a calibration profile")
+    pred.add_argument("--profile", required=True, metavar="FILE", help="profile.json written by gansim calibrate")
+    pred.add_argument("--world-sizes", default="1,2,3,4", metavar="LIST", help="comma-separated rank counts")
+    pred.add_argument("--topology", metavar="NAME_OR_FILE",
+                      help="machine to predict for (default: the calibrated host, ranks sharing its cores)")
+    pred.add_argument("--json", action="store_true", help="print the predictions as JSON on stdout")
+    pred.set_defaults(func=cmd_predict)
+
+    val = sub.add_parser("validate", help="predict every calibrated world size from the fit and compare")
+    val.add_argument("--profile", required=True, metavar="FILE", help="profile.json written by gansim calibrate")
+    val.add_argument("--out", metavar="DIR", help="where to write validation.json and report.html "
+                                                   "(default gansim-out/validate)")
+    val.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    val.set_defaults(func=cmd_validate)
+
+
+# The profile's models and the prediction layer are imported by the commands that use
+# them: building the profile's pydantic models costs a fifth of a second that `gansim
+# simulate` should not pay.
+def cmd_predict(args: argparse.Namespace) -> int:
+    from gansim.calibration.profile import load_profile
+    from gansim.prediction.calibrated import predict
+    from gansim.topology.graph import load_topology
+
+    profile = load_profile(args.profile)
+    topology = load_topology(args.topology, field="--topology") if args.topology else None
+    predictions = predict(profile, positive_int_list(args.world_sizes, "--world-sizes"), topology)
+    result = {"profile": args.profile, "predictions": [
+        {"world_size": p.world_size, "step_time_s": p.step_time_s, "speedup": p.speedup,
+         "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"]} for p in predictions]}
+    human = sys.stderr if args.json else sys.stdout
+    print(f"prediction from {args.profile} ({profile.provenance.model}, batch {profile.provenance.batch_size} "
+          f"per rank, {profile.provenance.mode}, {profile.provenance.device})", file=human)
+    print(f"{'ranks':>5} {'step ms':>10} {'speedup':>8}  bottleneck", file=human)
+    for p in predictions:
+        b = p.record["bottleneck"]
+        print(f"{p.world_size:>5} {p.step_time_s * 1e3:>10.3f} {p.speedup:>8.3f}  {b['resource']} "
+              f"({b['utilization']:.0%})", file=human)
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from gansim.calibration.profile import load_profile
+    from gansim.outputs.validation import write_validation
+    from gansim.prediction.validation import validate
+
+    profile = load_profile(args.profile)
+    report = validate(profile)
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
+    written = write_validation(out_dir, report, source=args.profile)
+    human = sys.stderr if args.json else sys.stdout
+    print(report.table(), file=human)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    return EXIT_OK

@@ -1,0 +1,130 @@
+"""`gansim simulate SCENARIO`: a scenario with its what-ifs, on a local process pool or a
+Dask cluster, with progress on stderr; every output written into --out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from gansim.cli.args import EXIT_OK, positive_int
+from gansim.core.errors import UserInputError
+from gansim.core.version import __version__
+from gansim.outputs.results import table, to_json, write_run_outputs
+from gansim.outputs.trace import run_details
+from gansim.runner.scenario import LoadedScenario
+from gansim.runner.sweep import TRACE_POLICIES, ScenarioResult
+from gansim.whatif.study import count_runs, load_scenario, run_scenario
+
+
+def register(sub: Any) -> None:
+    sim = sub.add_parser("simulate", help="simulate a scenario and write summary.json / summary.csv")
+    sim.add_argument("scenario", metavar="SCENARIO", help="a shipped scenario name or a scenario YAML file")
+    sim.add_argument("--out", metavar="DIR", help="output directory (default gansim-out/<scenario>)")
+    sim.add_argument("--json", action="store_true", help="print summary.json on stdout (tables go to stderr)")
+    sim.add_argument("--executor", default="local", metavar="local|dask://HOST:PORT",
+                     help="where runs execute (default local: a process pool)")
+    sim.add_argument("--workers", type=positive_int("--workers"), metavar="N",
+                     help="local worker processes (default: one per core)")
+    sim.add_argument("--traces", default="auto", choices=TRACE_POLICIES,
+                     help="which runs get a Chrome trace in traces/ (default auto: every run up to 100 runs, "
+                          "else per algorithm its largest GPU count in the first sweep combinations)")
+    sim.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    loaded = load_scenario(args.scenario)
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / loaded.scenario.name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserInputError("exists and is not a directory", source=str(out_dir), field="--out")
+    human = sys.stderr if args.json else sys.stdout
+    result = run_on_executor(loaded, args.executor, args.workers, args.traces)
+    summary = result.summary
+    runs = count_runs(loaded)  # what was simulated, 1-GPU baselines included
+    written = write_run_outputs(out_dir, summary, result.details, result.featured, result.topologies,
+                                description=loaded.scenario.description)
+    print(table(summary), file=human)
+    traced = sum(1 for d in result.details if "trace" in d)
+    print(f"simulated {runs} runs in {result.wall_s:.2f} s wall ({runs / max(result.wall_s, 1e-9):.1f} runs/s), "
+          f"{result.cpu_s:.2f} s CPU in the workers; traces for {traced} of {len(summary['runs'])} runs"
+          + ("" if traced == len(summary["runs"]) else " (--traces all for every run)"), file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(to_json(summary))
+    return EXIT_OK
+
+
+def _progress(done: int, total: int) -> None:
+    """Progress without a terminal (a log, a pipe): a line every tenth of the runs."""
+    if done == total or done % max(1, total // 10) == 0:
+        print(f"  {done}/{total} runs", file=sys.stderr, flush=True)
+
+
+def make_progress(total: int) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A progress bar on stderr (tqdm on a terminal, a line per tenth otherwise); never
+    on stdout, which --json keeps for the result."""
+    if total <= 1:
+        return None, lambda: None
+    if not sys.stderr.isatty():
+        return _progress, lambda: None
+    import shutil
+
+    from tqdm import tqdm
+
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        columns = 0
+    columns = columns if columns > 0 else shutil.get_terminal_size((100, 24)).columns
+    bar = tqdm(total=total, unit="run", file=sys.stderr, ncols=min(max(columns, 40), 120), smoothing=0.1,
+               leave=True)
+
+    def update(done: int, _total: int) -> None:
+        bar.update(done - bar.n)
+
+    return update, bar.close
+
+
+def make_executor(spec: str, workers: int | None, runs: int) -> tuple[Executor | None, Callable[[], None]]:
+    """`local` (a process pool; serial when one worker or one run suffices) or
+    `dask://HOST:PORT` (a Dask cluster through distributed.Client.get_executor())."""
+    if spec == "local":
+        count = workers if workers is not None else min(os.cpu_count() or 1, runs)
+        if count <= 1 or runs <= 1:
+            return None, lambda: None
+        pool = ProcessPoolExecutor(max_workers=count)
+        return pool, lambda: pool.shutdown(cancel_futures=True)
+    if spec.startswith("dask://"):
+        address = spec.removeprefix("dask://")
+        if not address or ":" not in address:
+            raise UserInputError(f"expected dask://HOST:PORT, got {spec!r}", field="--executor")
+        try:
+            from distributed import Client
+        except ImportError:
+            raise UserInputError("the dask executor needs: pip install 'gansim[dask]'", field="--executor") from None
+        try:
+            client = Client(f"tcp://{address}", timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise UserInputError(f"cannot reach the Dask scheduler at {address}: {exc}", field="--executor") from None
+        return client.get_executor(), client.close
+    raise UserInputError(f"unknown executor {spec!r}; allowed: local, dask://HOST:PORT", field="--executor")
+
+
+def run_on_executor(loaded: LoadedScenario, executor_spec: str, workers: int | None,
+                    traces: str | None) -> ScenarioResult:
+    """Run a scenario's points on the executor asked for, with progress on stderr."""
+    runs = count_runs(loaded)
+    executor, close = make_executor(executor_spec, workers, runs)
+    where = "serially" if executor is None else (f"on {executor_spec}" if executor_spec != "local"
+                                                 else "on a local process pool")
+    print(f"gansim {__version__}: simulating {loaded.scenario.name} ({runs} runs, {where})", file=sys.stderr)
+    progress, close_progress = make_progress(runs)
+    try:
+        return run_scenario(loaded, executor, progress, traces=traces, details=run_details)
+    finally:
+        close_progress()
+        close()

@@ -1,0 +1,220 @@
+"""Collectives on the simulated machine: how long an all-reduce takes under each cost
+model. `flow` plays the algorithm's schedule transfer by transfer on the flow network;
+`alpha_beta` and `paper` charge the closed forms of gansim/collectives/closed_forms.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from gansim.collectives.closed_forms import (
+    binomial_broadcast_time,
+    closed_form_time,
+    paper_allreduce_time,
+)
+from gansim.collectives.schedules import Schedule, broadcast, build_schedule
+from gansim.core.errors import UserInputError
+from gansim.core.registry import Registry
+from gansim.network.cluster import Cluster
+from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
+
+
+@dataclass(frozen=True)
+class LinkParameters:
+    """alpha (s) and beta (s/byte) seen by a collective: the slowest hop of the rank ring."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+
+@dataclass
+class CollectiveSpan:
+    label: str
+    nbytes: float
+    entry: np.ndarray  # per rank: the task after which the rank joins (-1: from the start)
+    exit: np.ndarray  # per rank: the task whose end is the rank leaving the collective
+    transfers: tuple[int, int] = (0, 0)  # task id range of its transfers (flow model)
+
+
+@dataclass
+class Communicator:
+    cluster: Cluster
+    graph: TaskGraph
+    algorithm: str
+    cost_model: str
+    chunks: int = 1
+    gamma_s_per_byte: float = 0.0
+    element_bytes: int = 4
+    spans: list[CollectiveSpan] = field(default_factory=list)
+
+    def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        """Add an all-reduce of `nbytes` per rank that each rank joins after its `entry`
+        task; return, per rank, the task at whose end that rank has the sum."""
+        model = COST_MODELS.get(self.cost_model, field="cost_model")
+        before = self.graph.size
+        exits = model(self, entry, nbytes, label)
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        return exits
+
+    def broadcast(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        """A binomial-tree broadcast of `nbytes` from rank 0, played on the network (flow
+        cost model) or charged by its closed form (the others; the paper has no broadcast,
+        so `paper` charges the alpha-beta form too)."""
+        before = self.graph.size
+        if self.cost_model == "flow":
+            count = max(1, int(np.ceil(nbytes / self.element_bytes)))
+            exits = play_schedule(self, entry, broadcast(self.cluster.ranks, count), nbytes, label)
+        else:
+            link = self.link_parameters()
+            seconds = binomial_broadcast_time(self.cluster.ranks, nbytes, link.alpha_s, link.beta_s_per_byte)
+            exits = _closed_form_delay(self, entry, seconds, label)
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        return exits
+
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(g) for g in self.cluster.groups())
+
+    def link_parameters(self) -> LinkParameters:
+        nodes = self.cluster.rank_nodes
+        hops = [self.cluster.topology.route(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+        return LinkParameters(max(h.latency_s for h in hops), max(1.0 / h.bottleneck_Bps for h in hops))
+
+
+COST_MODELS: Registry[Callable[[Communicator, np.ndarray, float, str], np.ndarray]] = Registry("cost model")
+
+
+@lru_cache(maxsize=64)
+def _schedule(algorithm: str, ranks: int, count: int, groups: tuple[tuple[int, ...], ...] | None) -> Schedule:
+    return build_schedule(algorithm, ranks, count, [list(g) for g in groups] if groups else None)
+
+
+def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, label: str) -> np.ndarray:
+    """A closed form is a synchronising collective: it starts when the last rank joins."""
+    graph = comm.graph
+    ranks = np.arange(comm.cluster.ranks)
+    join = graph.add(DELAY, -1, 0.0, -1, SYNC, f"{label}: join", count=1)
+    graph.depend(entry, np.repeat(join, entry.size))
+    body = graph.add(DELAY, -1, seconds, -1, COMMUNICATION, label, count=1)
+    graph.depend(join, body)
+    return np.repeat(body, ranks.size)
+
+
+@COST_MODELS.register("alpha_beta")
+def alpha_beta_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+    p = comm.cluster.ranks
+    link = comm.link_parameters()
+    groups = [list(g) for g in comm.groups()]
+    seconds = closed_form_time(comm.algorithm, p, nbytes, link.alpha_s, link.beta_s_per_byte,
+                               comm.gamma_s_per_byte, groups)
+    return _closed_form_delay(comm, entry, float(seconds), label)
+
+
+@COST_MODELS.register("paper")
+def paper_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+    """Seed 002 eqs. (5)-(7) with B the bandwidth per GPU (the slowest ring hop), whatever the
+    algorithm: the paper's model has no latency term and no algorithm."""
+    p = comm.cluster.ranks
+    bandwidth = 1.0 / comm.link_parameters().beta_s_per_byte
+    return _closed_form_delay(comm, entry, paper_allreduce_time(p, nbytes, bandwidth), label)
+
+
+# Steps are laid out in blocks of at most this many (step, participant) cells, so that
+# a 1024-rank ring is built with a few dozen numpy calls per block, in bounded memory.
+_BLOCK_CELLS = 1 << 21
+
+
+@COST_MODELS.register("flow")
+def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+    """Play the all-reduce algorithm's schedule on the network (see play_schedule)."""
+    count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
+    groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
+    return play_schedule(comm, entry, _schedule(comm.algorithm, comm.cluster.ranks, count, groups), nbytes, label)
+
+
+def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nbytes: float,
+                  label: str) -> np.ndarray:
+    """Play a schedule: a transfer of step k starts when its sender and its receiver have
+    both finished their earlier steps (per-rank rendezvous); after receiving a reduce step
+    a rank spends gamma per byte reduced. With chunks, the buffer is cut into pieces that
+    run the schedule one after another on every pair, so they pipeline."""
+    cluster, graph = comm.cluster, comm.graph
+    p = cluster.ranks
+    count = schedule.count
+    participants = tuple(cluster.rank_nodes) + tuple(
+        _extra_node(cluster, name) for name in schedule.extra_participants
+    )
+    n_part = len(participants)
+    is_rank = np.arange(n_part) < p
+    bytes_per_element = nbytes / count / comm.chunks
+    first_entry = np.concatenate([entry, np.full(n_part - p, -1, dtype=np.int64)])
+    steps = schedule.steps
+    block = max(1, _BLOCK_CELLS // max(n_part, 1))
+    chunk_exits = []
+    previous_chunk: np.ndarray | None = None  # transfer ids of the previous chunk, in schedule order
+    for _chunk in range(comm.chunks):
+        last = first_entry.copy()
+        this_chunk = []
+        for b0 in range(0, len(steps), block):
+            block_steps = steps[b0:b0 + block]
+            sizes = np.array([len(st) for st in block_steps])
+            step_of = np.repeat(np.arange(len(block_steps)), sizes)
+            src = np.concatenate([st.src for st in block_steps])
+            dst = np.concatenate([st.dst for st in block_steps])
+            amount = (np.concatenate([st.hi for st in block_steps]) - np.concatenate([st.lo for st in block_steps])) \
+                * bytes_per_element
+            routes = cluster.pair_routes(participants, src, dst)
+            transfers = graph.add(FLOW, routes, amount, np.where(src < p, src, dst), COMMUNICATION,
+                                  f"{label}: transfer", detail=step_of + b0)
+            # who takes part in which step: one "step done" task per (step, participant)
+            takes_part = np.zeros((len(block_steps), n_part), dtype=bool)
+            takes_part[step_of, src] = True
+            takes_part[step_of, dst] = True
+            cell = np.flatnonzero(takes_part.ravel())
+            cell_step, cell_part = np.divmod(cell, n_part)
+            reduce_time = np.zeros(cell.size)
+            if comm.gamma_s_per_byte > 0:
+                reducing = np.repeat(np.array([st.reduce for st in block_steps]), sizes)
+                received = np.zeros(takes_part.size)
+                np.add.at(received, (step_of * n_part + dst)[reducing], amount[reducing])
+                reduce_time = received[cell] * comm.gamma_s_per_byte
+            done = graph.add(DELAY, -1, reduce_time, np.where(is_rank[cell_part], cell_part, -1), COMMUNICATION,
+                             f"{label}: step done", detail=cell_step + b0)
+            done_at = np.full(takes_part.shape, -1, dtype=np.int64)
+            done_at.ravel()[cell] = done
+            # the step-done task each participant last finished before step k (or its entry)
+            upto = np.maximum.accumulate(done_at, axis=0)
+            before = np.vstack([last[None, :], upto[:-1]])
+            before = np.where(before >= 0, before, last[None, :])
+            graph.depend(before[step_of, src], transfers)
+            graph.depend(before[step_of, dst], transfers)
+            graph.depend(transfers, done_at[step_of, src])
+            graph.depend(transfers, done_at[step_of, dst])
+            last = np.where(upto[-1] >= 0, upto[-1], last)
+            this_chunk.append(transfers)
+        chunk_transfers = np.concatenate(this_chunk) if this_chunk else np.zeros(0, dtype=np.int64)
+        if previous_chunk is not None:
+            graph.depend(previous_chunk, chunk_transfers)  # one chunk after another on each pair
+        previous_chunk = chunk_transfers
+        chunk_exits.append(last[:p])
+    if comm.chunks == 1:
+        exits = chunk_exits[0]
+    else:
+        exits = graph.add(DELAY, -1, 0.0, np.arange(p), SYNC, f"{label}: chunks joined", count=p)
+        for last in chunk_exits:
+            graph.depend(last, exits)
+    # a rank that took no part in any step (p == 1) leaves as it joined
+    return np.where(exits >= 0, exits, entry)
+
+
+def _extra_node(cluster: Cluster, name: str) -> str:
+    """Where a non-rank participant (the parameter server) lives: rank 0's host."""
+    host = cluster.topology.host_of.get(cluster.rank_nodes[0])
+    if host is None:
+        raise UserInputError(
+            f"algorithm needs a {name} on a host, and topology {cluster.topology.name!r} has no host node "
+            "reachable from the GPUs", source=cluster.topology.source, field="algorithms",
+        )
+    return host

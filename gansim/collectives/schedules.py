@@ -1,0 +1,435 @@
+"""All-reduce algorithms as data: a schedule is a list of steps of point-to-point transfers.
+
+A schedule is independent of bytes and topology: it moves *elements* of each rank's buffer,
+so it can be checked by running it on real numpy arrays (`execute_on_arrays`) and then be
+timed by any cost model (flow simulation, alpha-beta, ...).
+
+Step semantics (shared with the simulator): every transfer of a step reads its source
+segment before any write of that step lands; reduces into the same elements add up; a
+transfer of step k starts once its src and dst have finished their transfers of earlier
+steps (per-rank rendezvous, not a global barrier). Every builder here also keeps, within
+a step, the elements a participant sends disjoint from those it receives, so the two
+readings (all reads first / fully concurrent) give the same result.
+
+Builders are vectorised over ranks with numpy: a 1024-rank ring is 2046 steps of 1024
+transfers and is built in a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from gansim.core.errors import SimulationError
+from gansim.core.registry import Registry
+
+Groups = Sequence[Sequence[int]]
+Builder = Callable[[int, int, "Groups | None"], "Schedule"]
+
+__all__ = [
+    "ALGORITHMS",
+    "Schedule",
+    "Step",
+    "broadcast",
+    "build_schedule",
+    "execute_on_arrays",
+    "segment_bounds",
+]
+
+
+def _frozen_int64(x: object) -> np.ndarray:
+    """A read-only int64 array of x, without copying when x already is a read-only int64 array."""
+    a = np.asarray(x, dtype=np.int64)
+    if a.flags.writeable:
+        a = a.copy()
+        a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One round of concurrent transfers; transfer i moves elements [lo[i], hi[i]) of src[i] to dst[i].
+
+    `eq=False`: arrays have no single truth value, so steps compare (and hash) by identity.
+    The arrays are stored read-only (writable inputs are copied): schedules may be cached and
+    shared, and steps of one schedule may share one array (e.g. a ring's src).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    reduce: bool
+
+    def __post_init__(self) -> None:
+        arrays = {name: _frozen_int64(getattr(self, name)) for name in ("src", "dst", "lo", "hi")}
+        for name, a in arrays.items():
+            if a.ndim != 1:
+                raise ValueError(f"Step.{name} must be 1-D, got shape {a.shape}")
+        n = arrays["src"].size
+        if any(a.size != n for a in arrays.values()):
+            raise ValueError("Step.src, dst, lo and hi must have the same length")
+        for name, a in arrays.items():
+            object.__setattr__(self, name, a)
+        object.__setattr__(self, "reduce", bool(self.reduce))
+
+    def __len__(self) -> int:
+        return int(self.src.size)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An all-reduce of `count` elements over `ranks` ranks (plus any extra participants)."""
+
+    algorithm: str
+    ranks: int
+    count: int
+    steps: tuple[Step, ...]
+    extra_participants: tuple[str, ...] = field(default=())
+
+    def participants(self) -> int:
+        """Ranks plus extra participants (ids ranks, ranks+1, ...), e.g. a parameter server."""
+        return self.ranks + len(self.extra_participants)
+
+    def transfers(self) -> int:
+        """Total number of point-to-point transfers over all steps."""
+        return sum(len(s) for s in self.steps)
+
+
+ALGORITHMS: Registry[Builder] = Registry("all-reduce algorithm")
+
+
+def build_schedule(algorithm: str, ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """Build the schedule of `algorithm`; unknown names raise UserInputError (from the registry)."""
+    builder = ALGORITHMS.get(algorithm, field="algorithm")
+    if int(ranks) != ranks or ranks < 1:
+        raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
+    if int(count) != count or count < 1:
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    return builder(int(ranks), int(count), groups)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def segment_bounds(count: int, parts: int) -> np.ndarray:
+    """Bounds of `parts` nearly equal segments of `count` elements (np.array_split layout).
+
+    The first count % parts segments get one extra element; with count < parts the last
+    segments are empty. Returns int64 array of length parts + 1.
+    """
+    i = np.arange(parts + 1, dtype=np.int64)
+    q, r = divmod(count, parts)
+    return i * q + np.minimum(i, r)
+
+
+def _step(
+    src: np.ndarray, dst: np.ndarray, lo: np.ndarray | int, hi: np.ndarray | int, reduce: bool
+) -> Step | None:
+    """A step without its zero-length transfers, or None when nothing is left to move.
+
+    lo / hi may be scalars (whole-buffer transfers).
+    """
+    n = src.shape[0]
+    lo = np.full(n, lo, dtype=np.int64) if np.ndim(lo) == 0 else lo
+    hi = np.full(n, hi, dtype=np.int64) if np.ndim(hi) == 0 else hi
+    keep = hi > lo
+    if not keep.all():
+        src, dst, lo, hi = src[keep], dst[keep], lo[keep], hi[keep]
+    if src.size == 0:
+        return None
+    return Step(src=src, dst=dst, lo=lo, hi=hi, reduce=reduce)
+
+
+def _schedule(
+    name: str, ranks: int, count: int, steps: list[Step | None], extra: tuple[str, ...] = ()
+) -> Schedule:
+    return Schedule(
+        algorithm=name,
+        ranks=ranks,
+        count=count,
+        steps=tuple(s for s in steps if s is not None),
+        extra_participants=extra,
+    )
+
+
+def _check_partition(groups: Groups, ranks: int, name: str) -> list[list[int]]:
+    """Groups must be non-empty and partition 0..ranks-1 (each rank exactly once)."""
+    out = [[int(r) for r in g] for g in groups]
+    if not out or any(len(g) == 0 for g in out):
+        raise ValueError(
+            f"{name}: groups must be a non-empty list of non-empty rank lists, got {groups!r}"
+        )
+    flat = sorted(r for g in out for r in g)
+    if flat != list(range(ranks)):
+        raise ValueError(
+            f"{name}: groups must contain every rank 0..{ranks - 1} exactly once, got {groups!r}"
+        )
+    return out
+
+
+def _ring_steps(
+    members: np.ndarray, bounds: np.ndarray, *, reduce_scatter: bool, all_gather: bool
+) -> list[Step | None]:
+    """Rings run side by side: `members` is (rings, n) participant ids, `bounds` is (rings, n+1).
+
+    Position j sends to j+1 (mod n). Reduce-scatter step s: j sends segment (j - s) mod n, so
+    after n-1 steps position j holds the full sum of segment (j + 1) mod n. All-gather step s:
+    j sends segment (j + 1 - s) mod n. The steps share one read-only src and dst array.
+    """
+    rings, n = members.shape
+    if n < 2:
+        return []
+    src = _frozen_int64(members.ravel())
+    dst = _frozen_int64(np.roll(members, -1, axis=1).ravel())
+    # Segment (j + c) mod n of every position j is the window [n + c, 2n + c) of the per-ring
+    # lo / hi tiled three times, so each step is a slice (a view when there is one ring).
+    lo3 = _frozen_int64(np.tile(bounds[:, :-1], 3))
+    hi3 = _frozen_int64(np.tile(bounds[:, 1:], 3))
+    steps: list[Step | None] = []
+    phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
+    for reduce in phases:
+        for s in range(n - 1):
+            start = n - s + (0 if reduce else 1)
+            lo = lo3[:, start : start + n].reshape(-1)
+            hi = hi3[:, start : start + n].reshape(-1)
+            steps.append(_step(src, dst, lo, hi, reduce))
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------
+# algorithms
+
+
+@ALGORITHMS.register("ring")
+def ring(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """NCCL-style ring: reduce-scatter (p-1 steps) then all-gather (p-1 steps); r sends to r+1."""
+    if ranks == 1:
+        return _schedule("ring", ranks, count, [])
+    members = np.arange(ranks, dtype=np.int64)[None, :]
+    bounds = segment_bounds(count, ranks)[None, :]
+    return _schedule("ring", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
+
+
+@ALGORITHMS.register("tree")
+def tree(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """Binomial-tree reduce to rank 0 then binomial broadcast, whole buffer per transfer.
+
+    ceil(lg p) steps each way, for any p: in reduce step k the ranks whose lowest set bit is
+    k send to r - 2^k; the broadcast replays the tree in reverse.
+    """
+    levels = (ranks - 1).bit_length()  # ceil(lg p)
+    steps: list[Step | None] = []
+    for k in range(levels):
+        d = 1 << k
+        src = np.arange(d, ranks, 2 * d, dtype=np.int64)
+        steps.append(_step(src, src - d, 0, count, True))
+    return _schedule("tree", ranks, count, steps + _binomial_broadcast_steps(ranks, count))
+
+
+def _binomial_broadcast_steps(ranks: int, count: int) -> list[Step | None]:
+    """Rank 0's whole buffer to every rank in ceil(lg p) steps: in step k (counting down)
+    the ranks that are multiples of 2^(k+1) send to r + 2^k."""
+    steps: list[Step | None] = []
+    for k in reversed(range((ranks - 1).bit_length())):
+        d = 1 << k
+        dst = np.arange(d, ranks, 2 * d, dtype=np.int64)
+        steps.append(_step(dst - d, dst, 0, count, False))
+    return steps
+
+
+def broadcast(ranks: int, count: int) -> Schedule:
+    """A binomial-tree broadcast from rank 0 (gloo's and MPI's for small messages; what
+    DDP's broadcast_buffers issues). Not an all-reduce, so not in ALGORITHMS."""
+    if int(ranks) != ranks or ranks < 1 or int(count) != count or count < 1:
+        raise ValueError(f"broadcast needs ranks >= 1 and count >= 1, got {ranks!r}, {count!r}")
+    return _schedule("broadcast", int(ranks), int(count), _binomial_broadcast_steps(int(ranks), int(count)))
+
+
+@ALGORITHMS.register("halving_doubling")
+def halving_doubling(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather.
+
+    Non-powers of two use MPICH's fix (MPIR_Allreduce_intra_reduce_scatter_allgather): with
+    m = 2^floor(lg p) and rem = p - m, the even ranks among the first 2*rem ranks are the
+    extras; each sends its whole buffer to its odd neighbour (one reduce step), the m core
+    ranks (odd ranks below 2*rem, then every rank >= 2*rem) run halving-doubling on m
+    segments, and each odd neighbour copies the result back (one copy step). Pairing
+    neighbours (0->1, 2->3, ...) rather than "ranks 0..rem-1" is what MPICH does and keeps
+    each pair on one node when ranks are numbered node by node.
+    Halving starts at distance 1 (MPICH's order): the largest exchanges are between neighbours.
+    """
+    m = 1 << (ranks.bit_length() - 1)
+    rem = ranks - m
+    extras = np.arange(0, 2 * rem, 2, dtype=np.int64)
+    core = np.concatenate([extras + 1, np.arange(2 * rem, ranks, dtype=np.int64)])  # new rank -> rank
+    steps: list[Step | None] = [_step(extras, extras + 1, 0, count, True)] if rem else []
+
+    bounds = segment_bounds(count, m)
+    nr = np.arange(m, dtype=np.int64)
+    a = np.zeros(m, dtype=np.int64)  # each core rank owns segments [a, e)
+    e = np.full(m, m, dtype=np.int64)
+    mask = 1
+    while mask < m:  # reduce-scatter: keep one half, send the other to the partner
+        partner = nr ^ mask
+        mid = a + (e - a) // 2
+        low = (nr & mask) == 0
+        send_lo, send_hi = np.where(low, mid, a), np.where(low, e, mid)
+        steps.append(_step(core, core[partner], bounds[send_lo], bounds[send_hi], True))
+        a, e = np.where(low, a, mid), np.where(low, mid, e)
+        mask <<= 1
+    mask = m >> 1
+    while mask >= 1:  # all-gather: swap owned ranges with the partner, ranges merge
+        partner = nr ^ mask
+        steps.append(_step(core, core[partner], bounds[a], bounds[e], False))
+        a, e = np.minimum(a, a[partner]), np.maximum(e, e[partner])
+        mask >>= 1
+
+    if rem:
+        steps.append(_step(extras + 1, extras, 0, count, False))
+    return _schedule("halving_doubling", ranks, count, steps)
+
+
+@ALGORITHMS.register("reduce_to_one")
+def reduce_to_one(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """TF ReductionToOneDevice: everyone sends to rank 0 (reduce), rank 0 sends the sum back."""
+    others = np.arange(1, ranks, dtype=np.int64)
+    zero = np.zeros_like(others)
+    steps = [_step(others, zero, 0, count, True), _step(zero, others, 0, count, False)]
+    return _schedule("reduce_to_one", ranks, count, steps)
+
+
+@ALGORITHMS.register("hierarchical_copy")
+def hierarchical_copy(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """TF HierarchicalCopyAllReduce: reduce in each group to its leader, leaders combine, broadcast.
+
+    Steps: (1) members -> own leader (reduce, all groups at once); (2) leaders of groups
+    1.. -> leader of group 0 (reduce); (3) leader 0 -> other leaders (copy); (4) leaders ->
+    members (copy). Leaders are the first member of each group; default groups are the first
+    ceil(p/2) ranks and the rest.
+
+    Where this differs from TF (cross_device_utils.aggregate_gradients_using_hierarchical_copy):
+    - TF rotates the main device per gradient tensor (group_0_main = i % N for tensor i) to
+      spread the aggregation; we treat the buffer as one pack (num_packs=1, tensor 0), so the
+      leaders are always the first member of each group.
+    - TF uses group_size = N // 2 and slices groups [0, N//2) and [N//2, 2*(N//2)); with an
+      odd device count the last device's gradient is left out of the sum (it still receives
+      the broadcast result). We put the odd rank in group 0 (ceil(p/2)) so every rank's
+      buffer is summed; this predicts TF's traffic for even p only.
+    - `groups` may hold any number of groups (TF: always two); with more than two, step 2
+      and 3 are a star around leader 0.
+    """
+    if groups is None:
+        half = (ranks + 1) // 2
+        groups = [list(range(half)), list(range(half, ranks))] if ranks > 1 else [[0]]
+    gs = _check_partition(groups, ranks, "hierarchical_copy")
+    leaders = np.array([g[0] for g in gs], dtype=np.int64)
+    members = np.array([r for g in gs for r in g[1:]], dtype=np.int64)
+    member_leader = np.array([g[0] for g in gs for _ in g[1:]], dtype=np.int64)
+    zero = np.full(leaders.size - 1, leaders[0], dtype=np.int64)
+    steps = [
+        _step(members, member_leader, 0, count, True),
+        _step(leaders[1:], zero, 0, count, True),
+        _step(zero, leaders[1:], 0, count, False),
+        _step(member_leader, members, 0, count, False),
+    ]
+    return _schedule("hierarchical_copy", ranks, count, steps)
+
+
+@ALGORITHMS.register("parameter_server")
+def parameter_server(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """One server (participant id p, starts at zero): all ranks push (reduce), then pull (copy)."""
+    if ranks == 1:
+        return _schedule("parameter_server", ranks, count, [])
+    r = np.arange(ranks, dtype=np.int64)
+    server = np.full(ranks, ranks, dtype=np.int64)
+    steps = [_step(r, server, 0, count, True), _step(server, r, 0, count, False)]
+    return _schedule("parameter_server", ranks, count, steps, extra=("server",))
+
+
+@ALGORITHMS.register("hierarchical_ring")
+def hierarchical_ring(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """2-D ring: reduce-scatter in each group, all-reduce each shard across groups, all-gather in each group.
+
+    `groups` (e.g. the GPUs of each node) must have equal sizes L; default is one group of
+    all ranks, which is exactly `ring`. With G groups: (1) L-1 reduce-scatter steps inside
+    every group at once on L shards; (2) for every shard, the G members holding it (one per
+    group) run a ring all-reduce on it (G-1 reduce-scatter + G-1 all-gather steps, all shards
+    at once); (3) L-1 all-gather steps inside every group.
+    """
+    if groups is None:
+        groups = [list(range(ranks))]
+    gs = _check_partition(groups, ranks, "hierarchical_ring")
+    sizes = sorted({len(g) for g in gs})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"hierarchical_ring: groups must all have the same size, got sizes {[len(g) for g in gs]}"
+        )
+    members = np.array(gs, dtype=np.int64)  # (G, L)
+    n_groups, size = members.shape
+    shard_bounds = segment_bounds(count, size)
+    intra_bounds = np.broadcast_to(shard_bounds, (n_groups, size + 1))
+    steps = _ring_steps(members, intra_bounds, reduce_scatter=True, all_gather=False)
+
+    if n_groups > 1:
+        # after step (1), position j of each group holds shard (j + 1) mod L
+        shard = np.arange(size)
+        holders = members[:, (shard - 1) % size].T  # (L shards, G groups)
+        lengths = shard_bounds[1:] - shard_bounds[:-1]
+        i = np.arange(n_groups + 1)
+        sub_bounds = shard_bounds[:-1, None] + i * (lengths[:, None] // n_groups) + np.minimum(
+            i, lengths[:, None] % n_groups
+        )
+        steps += _ring_steps(holders, sub_bounds, reduce_scatter=True, all_gather=True)
+
+    steps += _ring_steps(members, intra_bounds, reduce_scatter=False, all_gather=True)
+    return _schedule("hierarchical_ring", ranks, count, steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# execution on arrays
+
+
+def execute_on_arrays(schedule: Schedule, buffers: np.ndarray) -> np.ndarray:
+    """Run `schedule` on real data: `buffers` is (ranks, count); returns (participants, count).
+
+    Extra participants start with zeros. Each step reads all its source segments before any
+    write; reduces add with np.add.at (several into the same elements all count); two copies
+    into the same element in one step, out-of-range ids or bounds, zero-length or
+    self-transfers are schedule bugs and raise SimulationError.
+    """
+    buffers = np.asarray(buffers)
+    p, count = schedule.ranks, schedule.count
+    if buffers.shape != (p, count):
+        raise ValueError(f"buffers must have shape ({p}, {count}), got {buffers.shape}")
+    n_part = schedule.participants()
+    out = np.zeros((n_part, count), dtype=buffers.dtype)
+    out[:p] = buffers
+    flat = out.reshape(-1)
+    for k, step in enumerate(schedule.steps):
+        src, dst, lo, hi = step.src, step.dst, step.lo, step.hi
+        where = f"{schedule.algorithm} step {k}"
+        if src.size == 0:
+            raise SimulationError(f"{where}: empty step")
+        if (src < 0).any() or (src >= n_part).any() or (dst < 0).any() or (dst >= n_part).any():
+            raise SimulationError(f"{where}: participant id out of range 0..{n_part - 1}")
+        if (src == dst).any():
+            raise SimulationError(f"{where}: a participant sends to itself")
+        if (lo < 0).any() or (hi > count).any() or (hi <= lo).any():
+            raise SimulationError(f"{where}: segment bounds must satisfy 0 <= lo < hi <= {count}")
+        lengths = hi - lo
+        rep = np.repeat(np.arange(src.size), lengths)
+        starts = np.cumsum(lengths) - lengths
+        elem = np.arange(int(lengths.sum()), dtype=np.int64) - starts[rep] + lo[rep]
+        values = flat[src[rep] * count + elem]  # fancy indexing copies: every read before any write
+        target = dst[rep] * count + elem
+        if step.reduce:
+            np.add.at(flat, target, values)
+        else:
+            if np.unique(target).size != target.size:
+                raise SimulationError(f"{where}: two copies write the same elements in one step")
+            flat[target] = values
+    return out

@@ -1,0 +1,440 @@
+"""The one validated config tree: topology files, scenario files, CLI overrides and the
+results record all go through these models.
+
+Loading never raises anything but `UserInputError` for a user's mistake, with the file
+and the dotted field in the message, so the CLI can print one line and exit 2."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from gansim.core.errors import UserInputError
+
+NodeKind = Literal["gpu", "cpu", "host", "pcie_switch", "nvswitch", "nic", "switch"]
+LinkKind = Literal["pcie", "nvlink", "net", "loopback"]
+CostModelName = Literal["flow", "alpha_beta", "paper"]
+Scaling = Literal["weak", "strong"]
+GradientDtype = Literal["fp32", "fp16", "int8"]
+Pricing = Literal["on_demand", "spot"]
+DatasetName = Literal["mnist", "cifar10", "celeba"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------- topology
+class NodeSpec(Strict):
+    id: str = Field(min_length=1)
+    kind: NodeKind
+    memory_GB: float | None = Field(default=None, gt=0)
+    tflops: float | None = Field(default=None, gt=0)
+    model: str | None = None
+    cores: int | None = Field(default=None, ge=1)
+    host: str | None = None
+    threads: int | None = Field(default=None, ge=1)
+
+
+class LinkSpec(Strict):
+    a: str
+    b: str
+    kind: LinkKind
+    bandwidth_GBps: float = Field(gt=0, allow_inf_nan=False)
+    latency_us: float = Field(ge=0, allow_inf_nan=False)
+
+
+class TopologyFile(Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    nodes: list[NodeSpec] | None = None
+    links: list[LinkSpec] | None = None
+    generator: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "TopologyFile":
+        explicit = self.nodes is not None or self.links is not None
+        if explicit and self.generator is not None:
+            raise ValueError("give either nodes and links, or a generator, not both")
+        if not explicit and self.generator is None:
+            raise ValueError("give either nodes and links, or a generator")
+        if explicit and (not self.nodes or not self.links):
+            raise ValueError("an explicit topology needs a non-empty 'nodes' and 'links' list")
+        return self
+
+
+# ----------------------------------------------------------------------------- workloads
+class NetworkFigures(Strict):
+    """One network (generator or discriminator) on one GPU at the scenario's per-GPU batch."""
+
+    params: int = Field(gt=0)
+    forward_s: float = Field(ge=0, allow_inf_nan=False)
+    backward_s: float = Field(ge=0, allow_inf_nan=False)
+    optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+    # non-parameter state (BatchNorm running statistics), for options.broadcast_buffers
+    buffer_bytes: int = Field(default=0, ge=0)
+
+
+class GanNetworks(Strict):
+    discriminator: NetworkFigures
+    generator: NetworkFigures
+
+
+class DataFigures(Strict):
+    host_prep_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    bytes_per_sample: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+class GanWorkloadSpec(Strict):
+    name: str = "inline-gan"
+    bytes_per_param: int = Field(default=4, ge=1, le=8)
+    d_steps_per_g_step: int = Field(default=1, ge=1)
+    networks: GanNetworks
+    data: DataFigures = DataFigures()
+
+
+class AllreduceWorkloadSpec(Strict):
+    allreduce_bytes: int = Field(gt=0)
+
+
+def _workload_form(value: Any) -> str:
+    if isinstance(value, str):
+        return "name"
+    if isinstance(value, dict) and "allreduce_bytes" in value:
+        return "allreduce"
+    if isinstance(value, AllreduceWorkloadSpec):
+        return "allreduce"
+    return "gan"
+
+
+# A tagged union, so that a mistake inside an inline workload is reported against the
+# form the user meant rather than against the first alternative pydantic tried.
+WorkloadField = Annotated[
+    Union[
+        Annotated[str, Tag("name")],
+        Annotated[AllreduceWorkloadSpec, Tag("allreduce")],
+        Annotated[GanWorkloadSpec, Tag("gan")],
+    ],
+    Discriminator(_workload_form),
+]
+
+
+# ----------------------------------------------------------------------------- scenario
+class Reference(Strict):
+    speedup: dict[int, float] = Field(default_factory=dict)
+    step_time_s: dict[int, float] = Field(default_factory=dict)
+    source: str = ""
+
+
+class TrainingOptions(Strict):
+    """How one data-parallel step is run (the DDP-like knobs of DESIGN.md)."""
+
+    overlap: bool = False  # DDP-style bucketed all-reduce overlapped with backward
+    bucket_MiB: float = Field(default=25.0, gt=0)
+    first_bucket_MiB: float = Field(default=1.0, gt=0)
+    gradient_dtype: GradientDtype = "fp32"
+    host_overhead_per_replica_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    chunks: int = Field(default=1, ge=1, le=4096)
+    # FLOP-costed workloads only: achieved fraction of the device's peak, and the fixed cost
+    # of each kernel launch (what dominates small layers on a GPU)
+    compute_efficiency: float = Field(default=0.35, gt=0, le=1)
+    kernel_launch_us: float = Field(default=5.0, ge=0, allow_inf_nan=False)
+    # local reduction cost of the all-reduce; NCCL fuses it into the copy, hence 0 by default
+    gamma_s_per_byte: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    # activation checkpointing (seed 002 "recomputation"): less activation memory, one more
+    # forward pass of compute per step (gansim/training/memory.py: recompute_extra_forward)
+    recompute: bool = False
+    # PyTorch DDP's broadcast_buffers (its default is on): a network with buffers (BatchNorm
+    # statistics) broadcasts them from rank 0 before its forward. DDP does it only when the
+    # previous forward of that network ran with grad, which in a GAN loop (G's forward for
+    # the fakes runs without) is once per step per network; that is what is simulated.
+    broadcast_buffers: bool = False
+    # Per-rank variability of computation (stragglers): with several ranks, each compute
+    # phase of each rank and step takes its time times a lognormal factor of mean 1 and this
+    # coefficient of variation, drawn from the scenario's seed. A synchronous step waits at
+    # every collective for the slowest rank, so variability costs time, more with more ranks.
+    compute_cv: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False)
+
+
+# ----------------------------------------------------------------------------- what-ifs
+# Whole-run, memory, cost, storage and elastic what-ifs (gansim/whatif/extensions.py evaluates them).
+class RunSpec(Strict):
+    """A whole training run: `epochs` passes over a dataset (by name, or a count of images)."""
+
+    dataset: DatasetName | None = None
+    images: int | None = Field(default=None, ge=1)
+    epochs: float = Field(gt=0, allow_inf_nan=False)
+    # packed: the dataset is one file read into memory once per run (torchvision's MNIST and
+    # CIFAR-10); files: one file per image, read from the volume every epoch (ImageFolder)
+    data_format: Literal["packed", "files"] = "packed"
+
+    @model_validator(mode="after")
+    def _size(self) -> "RunSpec":
+        if self.dataset is None and self.images is None:
+            raise ValueError("give a dataset (mnist, cifar10, celeba) or a number of images")
+        return self
+
+
+class CheckpointSpec(Strict):
+    every_steps: int = Field(ge=1)
+    # defaults to the scenario's storage volume bandwidth when a storage class is given
+    storage_bandwidth_GBps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    include_optimizer: bool = True
+
+
+class FailureSpec(Strict):
+    mtbf_hours_per_gpu: float = Field(gt=0, allow_inf_nan=False)
+    restart_s: float = Field(ge=0, allow_inf_nan=False)
+
+
+class PreemptionSpec(Strict):
+    rate_per_hour: float = Field(ge=0, allow_inf_nan=False)  # per instance (machine) of the run
+    restart_s: float = Field(ge=0, allow_inf_nan=False)
+
+
+class StorageSpec(Strict):
+    """A storage volume: sequential bandwidth, IOPS limit, per-request latency; reads are
+    issued `queue_depth` at a time (1 = PyTorch DataLoader's default num_workers=0)."""
+
+    name: str = Field(default="inline", min_length=1)
+    bandwidth_MBps: float = Field(gt=0, allow_inf_nan=False)
+    iops: float = Field(gt=0, allow_inf_nan=False)
+    latency_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    queue_depth: int = Field(default=1, ge=1)
+    overlap_input: bool = False  # True: reads prefetched behind compute (DataLoader workers)
+    source: str = ""
+
+
+class MemorySpec(Strict):
+    # CUDA context + kernels: nvidia-smi shows ~781 MB right after creating one CUDA tensor
+    # (pytorch/pytorch issue #34323, 2020); NCCL buffers come on top and are not counted.
+    reserve_MiB: float = Field(default=780.0, ge=0, allow_inf_nan=False)
+    optimizer: Literal["adam", "momentum", "sgd"] = "adam"
+    # inline workloads have no layers to estimate activations from: give them here
+    activation_bytes_per_sample: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+class ElasticSpec(Strict):
+    """Seed 001: add or remove GPUs at epoch boundaries from the GPUs' utilisation."""
+
+    min_gpus: int = Field(ge=1)
+    max_gpus: int = Field(ge=1)
+    start_gpus: int | None = Field(default=None, ge=1)  # default: fixed_gpus
+    fixed_gpus: int | None = Field(default=None, ge=1)  # the fixed allocation compared; default max_gpus
+    scale_up_above: float = Field(default=0.8, gt=0, le=1)
+    scale_down_below: float = Field(default=0.5, ge=0, lt=1)
+    step: Literal["double", "one"] = "double"
+    rescale_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
+    cooldown_epochs: int = Field(default=0, ge=0)
+    algorithm: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ElasticSpec":
+        if self.min_gpus > self.max_gpus:
+            raise ValueError(f"min_gpus ({self.min_gpus}) must be <= max_gpus ({self.max_gpus})")
+        if self.scale_down_below >= self.scale_up_above:
+            raise ValueError("scale_down_below must be smaller than scale_up_above")
+        for name in ("start_gpus", "fixed_gpus"):
+            value = getattr(self, name)
+            if value is not None and not self.min_gpus <= value <= self.max_gpus:
+                raise ValueError(f"{name} ({value}) must lie in [min_gpus, max_gpus] = "
+                                 f"[{self.min_gpus}, {self.max_gpus}]")
+        return self
+
+
+class PlanSpec(Strict):
+    """Cheapest configuration that meets a deadline, over catalog platforms (gansim/whatif/plan.py plan)."""
+
+    platforms: list[str] = Field(min_length=1)
+    pricing: list[Pricing] = Field(default_factory=lambda: ["on_demand"], min_length=1)
+    deadline_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    deadline: datetime | None = None  # ISO 8601; without a zone it is UTC; must be in the future
+    gpus: list[int] | None = None  # GPU counts tried on each platform (default: all its GPUs)
+    algorithm: str | None = None
+
+    @field_validator("gpus")
+    @classmethod
+    def _positive(cls, gpus: list[int] | None) -> list[int] | None:
+        if gpus is not None:
+            if not gpus or min(gpus) < 1:
+                raise ValueError("GPU counts must be >= 1")
+            return sorted(set(gpus))
+        return gpus
+
+    @field_validator("deadline")
+    @classmethod
+    def _future(cls, deadline: datetime | None) -> datetime | None:
+        if deadline is None:
+            return None
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=timezone.utc)
+        if deadline <= datetime.now(timezone.utc):
+            raise ValueError(f"deadline {deadline.isoformat()} is in the past; give a future time or "
+                             "deadline_hours > 0")
+        return deadline
+
+    @model_validator(mode="after")
+    def _one_deadline(self) -> "PlanSpec":
+        if self.deadline is not None and self.deadline_hours is not None:
+            raise ValueError("give deadline_hours or deadline, not both")
+        return self
+
+    def deadline_in_hours(self, now: datetime | None = None) -> float | None:
+        if self.deadline_hours is not None:
+            return self.deadline_hours
+        if self.deadline is None:
+            return None
+        now = now or datetime.now(timezone.utc)
+        return (self.deadline - now).total_seconds() / 3600.0
+
+
+def _storage_form(value: Any) -> str:
+    return "catalog" if isinstance(value, str) else "inline"
+
+
+StorageField = Annotated[
+    Union[Annotated[str, Tag("catalog")], Annotated[StorageSpec, Tag("inline")]],
+    Discriminator(_storage_form),
+]
+
+
+SWEEPABLE = (
+    "topology",
+    "workload",
+    "cost_model",
+    "scaling",
+    "per_gpu_batch",
+    "global_batch",
+    "link_bandwidth_scale",
+    "steps",
+    "overlap",
+    "gradient_dtype",
+    "chunks",
+    "platform",
+    "pricing",
+    "storage",
+)
+
+
+class Scenario(Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    topology: str
+    workload: WorkloadField
+    gpus: list[int] = Field(min_length=1)
+    algorithms: list[str] = Field(default_factory=lambda: ["ring"], min_length=1)
+    cost_model: CostModelName = "flow"
+    scaling: Scaling = "weak"
+    per_gpu_batch: int | None = Field(default=64, ge=1)
+    global_batch: int | None = Field(default=None, ge=1)
+    steps: int = Field(default=20, ge=1, le=100_000)
+    seed: int = 0
+    profile: str | None = None
+    link_bandwidth_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    options: TrainingOptions = TrainingOptions()
+    reference: Reference | None = None
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    # what-ifs (all optional; gansim/whatif/extensions.py)
+    memory: MemorySpec = MemorySpec()
+    run: RunSpec | None = None
+    checkpoint: CheckpointSpec | None = None
+    failures: FailureSpec | None = None
+    preemption: PreemptionSpec | None = None
+    storage: StorageField | None = None
+    platform: str | None = None
+    pricing: Pricing = "on_demand"
+    elastic: ElasticSpec | None = None
+    plan: PlanSpec | None = None
+
+    @field_validator("gpus")
+    @classmethod
+    def _positive_gpus(cls, gpus: list[int]) -> list[int]:
+        bad = [g for g in gpus if g < 1]
+        if bad:
+            raise ValueError(f"GPU counts must be >= 1, got {bad[0]}")
+        return sorted(set(gpus))
+
+    @field_validator("sweep")
+    @classmethod
+    def _known_axes(cls, sweep: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for axis, values in sweep.items():
+            if axis not in SWEEPABLE:
+                raise ValueError(f"unknown sweep axis {axis!r}; allowed: {', '.join(SWEEPABLE)}")
+            if not values:
+                raise ValueError(f"sweep axis {axis!r} needs at least one value")
+        return sweep
+
+    def reference_batch(self) -> float:
+        """The batch at which inline compute figures were given (one GPU)."""
+        return float(self.per_gpu_batch if self.per_gpu_batch is not None else self.global_batch)  # type: ignore[arg-type]
+
+    def batch_per_gpu(self, gpus: int) -> float:
+        """Each rank's batch at this GPU count: fixed (weak scaling) or the global batch
+        split over the ranks (strong scaling)."""
+        return float(self.per_gpu_batch) if self.scaling == "weak" else float(self.global_batch) / gpus  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _batch_for_scaling(self) -> "Scenario":
+        if self.scaling == "strong" and self.global_batch is None:
+            raise ValueError("strong scaling needs global_batch")
+        if self.scaling == "weak" and self.per_gpu_batch is None:
+            raise ValueError("weak scaling needs per_gpu_batch")
+        return self
+
+    @model_validator(mode="after")
+    def _whatifs_need_a_run(self) -> "Scenario":
+        if self.run is None:
+            for name in ("checkpoint", "failures", "preemption", "elastic", "plan"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"'{name}' needs 'run' (dataset or images, and epochs)")
+        if self.checkpoint is not None and self.checkpoint.storage_bandwidth_GBps is None and self.storage is None:
+            raise ValueError("checkpoint needs storage_bandwidth_GBps (or a 'storage' class to write to)")
+        if self.pricing == "spot" and self.platform is None:
+            raise ValueError("pricing: spot needs a 'platform' from the catalog")
+        return self
+
+
+# ----------------------------------------------------------------------------- loading
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("name", "allreduce", "gan") and parts and parts[-1].endswith("workload"):
+            continue  # pydantic's union-branch tags say nothing a user wrote
+        elif item in ("catalog", "inline") and parts and parts[-1].endswith("storage"):
+            continue
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def validation_error(err: ValidationError, source: str) -> UserInputError:
+    """Turn pydantic's report into our one line: the first problem, its field, the rule."""
+    first = err.errors()[0]
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field"
+    if first["type"] == "missing":
+        msg = "required field is missing"
+    msg = msg.removeprefix("Value error, ")
+    return UserInputError(msg, source=source, field=_field_path(tuple(first["loc"])))
+
+
+def parse(model: type[BaseModel], data: dict[str, Any], source: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise validation_error(err, source) from None

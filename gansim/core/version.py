@@ -1,0 +1,3 @@
+"""The version every output and profile records (pyproject.toml reads it from here)."""
+
+__version__ = "0.1.0"

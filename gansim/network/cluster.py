@@ -1,0 +1,142 @@
+"""The simulated machine for one run: the first N ranks of a topology, turned into
+resources the flow network shares (directed links, each rank's compute, host cores)
+and routes between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from gansim.core.errors import UserInputError
+from gansim.network.flows import FlowNetwork
+from gansim.topology.graph import Topology
+
+# Amount units: bytes on links; seconds of single-device work on compute resources, whose
+# capacity is then 1 (a GPU) or the number of cores (a host's core pool).
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    kind: str  # a link kind (pcie, nvlink, net, loopback) or "compute" / "cores"
+
+
+class Cluster:
+    def __init__(self, topology: Topology, ranks: int, env: simpy.Environment, *, source: str | None = None):
+        if ranks > len(topology.ranks):
+            raise UserInputError(
+                f"{ranks} GPUs asked but topology {topology.name!r} has {len(topology.ranks)}",
+                source=source, field="gpus",
+            )
+        self.topology = topology
+        self.ranks = ranks
+        self.rank_nodes = topology.ranks[:ranks]
+        resources = [Resource(name, kind) for name, kind in zip(topology.link_names, topology.link_kinds)]
+        capacity = list(topology.capacity_Bps)
+        pools: dict[str, int] = {}
+        # Compute resources are in "work units" per second: seconds of work for a GPU (whose
+        # copies are done by DMA engines, not by its compute), but bytes for a CPU rank,
+        # whose core both computes and moves its messages (gloo over loopback): measuring
+        # its core in bytes/s of its loopback link lets computation and communication share
+        # it max-min fairly. A compute task of s seconds has s x work_scale units.
+        self.work_scale = np.ones(ranks)
+        self.compute_resource = np.zeros(ranks, dtype=np.int64)
+        self._cpu_route_extra: dict[str, list[int]] = {}
+        compute_routes: list[list[int]] = []
+        loader_routes: list[list[int]] = []
+        for r, node in enumerate(self.rank_nodes):
+            spec = topology.nodes[node]
+            if spec.kind == "cpu":
+                self.work_scale[r] = self._link_rate(node)
+            self.compute_resource[r] = len(resources)
+            resources.append(Resource(f"{node}:compute", "compute"))
+            capacity.append(float(self.work_scale[r]))
+            route = [len(resources) - 1]
+            if spec.kind == "cpu":
+                host = spec.host or topology.host_of.get(node)
+                if host is not None:
+                    route.append(self._pool(host, pools, resources, capacity, self.work_scale[r]))
+                self._cpu_route_extra[node] = list(route)
+                loader_routes.append(route)  # the rank's own thread assembles its batch
+            else:
+                # input pipeline: one loader thread per GPU rank on its host's cores
+                resources.append(Resource(f"{node}:dataloader", "compute"))
+                capacity.append(1.0)
+                loader = [len(resources) - 1]
+                host = topology.host_of.get(node)
+                if host is not None and topology.nodes[host].cores is not None:
+                    loader.append(self._pool(host, pools, resources, capacity, 1.0))
+                loader_routes.append(loader)
+            compute_routes.append(route)
+        # loader work is in the units of its route: the rank's core for CPU ranks, seconds else
+        self.loader_scale = np.where([topology.nodes[n].kind == "cpu" for n in self.rank_nodes], self.work_scale, 1.0)
+        self.resources = resources
+        self.network = FlowNetwork(env, np.array(capacity, dtype=float), [r.name for r in resources])
+        self.compute_route = np.array([self.network.add_route(np.array(r), 0.0) for r in compute_routes])
+        self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
+        self._node_routes: dict[tuple[str, str], int] = {}
+        self._pair_routes: dict[tuple[str, ...], np.ndarray] = {}
+
+    def _pool(self, host: str, pools: dict[str, int], resources: list[Resource], capacity: list[float],
+              scale: float) -> int:
+        """A host's cores as one resource, in the work units of the ranks using it."""
+        if host not in pools:
+            cores = self.topology.nodes[host].cores
+            pools[host] = len(resources)
+            resources.append(Resource(f"{host}:cores", "cores"))
+            capacity.append(float(cores) * scale if cores is not None else float("inf"))
+        return pools[host]
+
+    def _link_rate(self, node: str) -> float:
+        """Bytes/s a CPU rank's core moves: it can send and receive at its link's rate at
+        once (that is what the fitted beta of a 2-rank ring measures), so twice the slowest
+        link out of it."""
+        rates = [self.topology.capacity_Bps[self.topology.link_index(node, peer)]
+                 for peer in self.topology.graph.neighbors(node)]
+        return 2.0 * float(min(rates)) if rates else 1.0
+
+    def node_route(self, src: str, dst: str) -> int:
+        key = (src, dst)
+        found = self._node_routes.get(key)
+        if found is None:
+            route = self.topology.route(src, dst)
+            # a CPU rank's messages are moved by its own core (and draw on its host's cores)
+            extra = self._cpu_route_extra.get(src, []) + self._cpu_route_extra.get(dst, [])
+            resources = np.concatenate([route.links, np.array(sorted(set(extra)), dtype=np.int64)])
+            found = self._node_routes[key] = self.network.add_route(resources, route.latency_s)
+        return found
+
+    def pair_routes(self, participants: tuple[str, ...], src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Route ids for transfers between participants (indices into `participants`)."""
+        table = self._pair_routes.get(participants)
+        if table is None:
+            table = self._pair_routes[participants] = np.full((len(participants), len(participants)), -1, np.int64)
+        ids = table[src, dst]
+        if (ids < 0).any():
+            wanted = np.zeros(table.shape, dtype=bool)
+            wanted[src, dst] = True  # each distinct pair once, however many transfers use it
+            new = np.argwhere(wanted & (table < 0)).tolist()
+            self.topology.routes([(participants[s], participants[d]) for s, d in new])  # in bulk
+            for s, d in new:
+                table[s, d] = self.node_route(participants[s], participants[d])
+            ids = table[src, dst]
+        return ids
+
+    def h2d_route(self, rank: int) -> int:
+        node = self.rank_nodes[rank]
+        host = self.topology.host_of.get(node)
+        return self.node_route(host, node) if host is not None else -1
+
+    def device_tflops(self) -> float | None:
+        values = [self.topology.nodes[n].tflops for n in self.rank_nodes]
+        return None if any(v is None for v in values) else float(min(values))  # type: ignore[type-var]
+
+    def groups(self) -> list[list[int]]:
+        """Ranks grouped by the machine they sit in, in rank order."""
+        machine = self.topology.machine_of
+        out: dict[int, list[int]] = {}
+        for r, node in enumerate(self.rank_nodes):
+            out.setdefault(machine[node], []).append(r)
+        return list(out.values())

@@ -1,0 +1,216 @@
+"""A task graph executed on the flow network.
+
+Every piece of a simulated step is a task: a *flow* (bytes over a route, or seconds of
+work on a compute resource, both shared max-min fairly by `FlowNetwork`) or a *delay*
+(fixed time, e.g. a local reduction or a host overhead). A task starts when all of its
+predecessors have ended. Tasks that become ready at the same instant are dispatched
+together, so a symmetric step of many ranks costs a handful of numpy calls, not one
+Python event per rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from gansim.core.errors import SimulationError
+from gansim.network.flows import FlowNetwork, distinct
+
+FLOW = 0
+DELAY = 1
+
+# what a task's time counts as in a rank's breakdown
+CATEGORIES = ("compute", "communication", "data", "overhead", "sync")
+COMPUTE, COMMUNICATION, DATA, OVERHEAD, SYNC = range(len(CATEGORIES))
+
+
+class Labels:
+    """Interned strings: each distinct label stored once, tasks keep its number."""
+
+    def __init__(self, labels: list[str] | None = None):
+        self.list = list(labels or [])
+        self._ids = {name: i for i, name in enumerate(self.list)}
+
+    def id(self, name: str) -> int:
+        found = self._ids.get(name)
+        if found is None:
+            found = self._ids[name] = len(self.list)
+            self.list.append(name)
+        return found
+
+
+class TaskGraph:
+    """Append-only builder of tasks and dependencies (vectorised: arrays in, ids out)."""
+
+    def __init__(self) -> None:
+        self._kind: list[np.ndarray] = []
+        self._route: list[np.ndarray] = []
+        self._amount: list[np.ndarray] = []
+        self._rank: list[np.ndarray] = []
+        self._category: list[np.ndarray] = []
+        self._label: list[np.ndarray] = []
+        self._detail: list[np.ndarray] = []
+        self._edge_src: list[np.ndarray] = []
+        self._edge_dst: list[np.ndarray] = []
+        self._labels = Labels()
+        self.size = 0
+
+    @property
+    def labels(self) -> list[str]:
+        return self._labels.list
+
+    def label_id(self, label: str) -> int:
+        return self._labels.id(label)
+
+    def add(self, kind: int, route: np.ndarray | int, amount: np.ndarray | float, rank: np.ndarray | int,
+            category: int, label: str, count: int | None = None, detail: np.ndarray | int = -1) -> np.ndarray:
+        """Add `count` tasks (or as many as the array arguments); return their ids.
+        `detail` is a per-task number that qualifies the label (an all-reduce's step)."""
+        arrays = [a for a in (route, amount, rank) if isinstance(a, np.ndarray)]
+        n = count if count is not None else (arrays[0].size if arrays else 1)
+        ids = np.arange(self.size, self.size + n, dtype=np.int64)
+        self._kind.append(np.full(n, kind, dtype=np.int8))
+        self._route.append(np.broadcast_to(np.asarray(route, dtype=np.int64), (n,)))
+        self._amount.append(np.broadcast_to(np.asarray(amount, dtype=float), (n,)))
+        self._rank.append(np.broadcast_to(np.asarray(rank, dtype=np.int64), (n,)))
+        self._category.append(np.full(n, category, dtype=np.int8))
+        self._label.append(np.full(n, self.label_id(label), dtype=np.int32))
+        self._detail.append(np.broadcast_to(np.asarray(detail, dtype=np.int32), (n,)))
+        self.size += n
+        return ids
+
+    def depend(self, before: np.ndarray, after: np.ndarray) -> None:
+        """Each `after[i]` waits for `before[i]`; negative ids in `before` mean no dependency."""
+        before = np.asarray(before, dtype=np.int64)
+        after = np.asarray(after, dtype=np.int64)
+        before, after = np.broadcast_arrays(before, after)
+        keep = before >= 0
+        self._edge_src.append(before[keep])
+        self._edge_dst.append(after[keep])
+
+    def freeze(self) -> "FrozenGraph":
+        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+        src = cat(self._edge_src, np.int64)
+        dst = cat(self._edge_dst, np.int64)
+        order = np.argsort(src, kind="stable")
+        succ = dst[order]
+        ptr = np.zeros(self.size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=self.size), out=ptr[1:])
+        degree = np.diff(ptr)
+        narrow = np.full((self.size, _NARROW), -1, dtype=np.int64)
+        small = np.flatnonzero((degree > 0) & (degree <= _NARROW))
+        for j in range(_NARROW):
+            has = small[degree[small] > j]
+            narrow[has, j] = succ[ptr[has] + j]
+        return FrozenGraph(
+            narrow_succ=narrow, wide=degree > _NARROW,
+            kind=cat(self._kind, np.int8), route=cat(self._route, np.int64), amount=cat(self._amount, float),
+            rank=cat(self._rank, np.int64), category=cat(self._category, np.int8), label=cat(self._label, np.int32),
+            detail=cat(self._detail, np.int32), labels=list(self.labels), succ_ptr=ptr, succ=succ,
+            indegree=np.bincount(dst, minlength=self.size).astype(np.int64),
+        )
+
+
+# Most tasks have one or two successors; those are kept in a padded table so that the
+# successors of a batch of tasks are one gather instead of a ragged-array dance.
+_NARROW = 2
+
+
+@dataclass
+class FrozenGraph:
+    narrow_succ: np.ndarray  # (tasks, _NARROW) successors, -1 padded, for tasks with few
+    wide: np.ndarray  # tasks with more successors than that: looked up in succ_ptr/succ
+    kind: np.ndarray
+    route: np.ndarray
+    amount: np.ndarray
+    rank: np.ndarray
+    category: np.ndarray
+    label: np.ndarray
+    detail: np.ndarray
+    labels: list[str]
+    succ_ptr: np.ndarray
+    succ: np.ndarray
+    indegree: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.kind.size)
+
+
+@dataclass
+class Execution:
+    start: np.ndarray  # seconds, per task
+    end: np.ndarray
+    makespan: float
+    events: int  # SimPy events processed
+
+
+def _successors(graph: FrozenGraph, nodes: np.ndarray) -> np.ndarray:
+    rows = graph.narrow_succ[nodes].ravel()
+    found = rows[rows >= 0]
+    wide = nodes[graph.wide[nodes]]
+    if not wide.size:
+        return found
+    starts = graph.succ_ptr[wide]
+    lengths = graph.succ_ptr[wide + 1] - starts
+    offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.concatenate([found, graph.succ[np.repeat(starts, lengths) + offsets]])
+
+
+def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) -> Execution:
+    """Run every task of the graph; return when and how long each ran."""
+    n = graph.size
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    waiting = graph.indegree.copy()
+    events = 0
+
+    def dispatch(ready: np.ndarray, now: float) -> None:
+        while ready.size:
+            start[ready] = now
+            is_flow = graph.kind[ready] == FLOW
+            flows = ready[is_flow]
+            if flows.size:
+                network.start(flows, graph.route[flows], graph.amount[flows])
+            delays = ready[~is_flow]
+            if not delays.size:
+                break
+            durations = graph.amount[delays]
+            instant = delays[durations <= 0.0]
+            timed = delays[durations > 0.0]
+            if timed.size:
+                d = durations[durations > 0.0]
+                for value in distinct(d):
+                    group = timed[d == value]
+                    env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
+            # zero-length tasks end now; continue with whatever they release
+            end[instant] = now
+            ready = release(instant)
+        network.flush()
+
+    def release(done: np.ndarray) -> np.ndarray:
+        succ = _successors(graph, done)
+        if not succ.size:
+            return succ
+        np.subtract.at(waiting, succ, 1)
+        return distinct(succ[waiting[succ] == 0])
+
+    def complete(done: np.ndarray, now: float) -> None:
+        end[done] = now
+        dispatch(release(done), now)
+
+    network.on_complete = complete
+    dispatch(np.flatnonzero(waiting == 0), env.now)
+    while True:
+        try:
+            env.step()
+        except simpy.core.EmptySchedule:
+            break
+        events += 1
+    if np.isnan(end).any():
+        stuck = int(np.isnan(end).sum())
+        raise SimulationError(f"{stuck} of {n} tasks never ran: the task graph has a cycle or a lost event")
+    return Execution(start=start, end=end, makespan=float(np.nanmax(end)) if n else 0.0, events=events)

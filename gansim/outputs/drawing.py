@@ -1,0 +1,193 @@
+"""A topology as a picture: node positions (a deterministic layered layout of the networkx
+graph) and a plotly figure with one colour per link kind, each link labelled with its
+bandwidth."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gansim.topology.graph import Topology
+
+KIND_COLOURS = {"pcie": "#1f77b4", "nvlink": "#2ca02c", "net": "#ff7f0e", "loopback": "#9467bd"}
+NODE_STYLE = {  # kind: (marker symbol, colour, size)
+    "gpu": ("square", "#2ca02c", 16),
+    "cpu": ("square", "#9467bd", 16),
+    "host": ("diamond", "#1f77b4", 18),
+    "pcie_switch": ("triangle-up", "#17becf", 14),
+    "nvswitch": ("hexagon", "#bcbd22", 18),
+    "nic": ("circle", "#ff7f0e", 10),
+    "switch": ("star", "#d62728", 20),
+}
+LABEL_MAX_NODES = 80
+LINK_LABEL_MAX_LINKS = 48
+
+
+# vertical level of each node kind around the rank devices (y = 0)
+LEVEL = {"switch": 3.2, "nic": 1.9, "nvswitch": 1.0, "pcie_switch": -1.0, "host": -2.0}
+
+
+def positions(topo: Topology) -> dict[str, tuple[float, float]]:
+    """A deterministic, layered picture: each machine (the nodes that reach each other
+    without a `net` link) gets its own stretch of the x axis; its rank devices sit on a
+    row at y = 0 (on a circle when they are linked to each other directly, as in an
+    NVLink mesh or ring), NVSwitches and NICs above them, PCIe switches and hosts below,
+    network switches on top; every other node is placed above or below the mean x of the
+    neighbours already placed, spread so that none overlap."""
+    graph = topo.graph
+    machine = topo.machine_of
+    ranks = set(topo.ranks)
+    pos: dict[str, tuple[float, float]] = {}
+    machines: dict[int, list[str]] = {}
+    for node in topo.nodes:
+        machines.setdefault(machine.get(node, -1), []).append(node)
+    x0 = 0.0
+    for m in sorted(machines):
+        members = [n for n in machines[m] if n in ranks]
+        if not members:
+            continue
+        meshed = any(v in ranks for u in members for v in graph.neighbors(u))
+        n = len(members)
+        if meshed and n > 2:
+            radius = max(1.0, n / (2 * math.pi) * 1.2)
+            cx = x0 + radius
+            for i, node in enumerate(members):
+                angle = math.pi / 2 - 2 * math.pi * i / n
+                pos[node] = (cx + radius * math.cos(angle), radius * math.sin(angle) * 0.8)
+            x0 = cx + radius + 2.0
+        else:
+            for i, node in enumerate(members):
+                pos[node] = (x0 + i, 0.0)
+            x0 += max(n - 1, 1) + 2.0
+    # the rest, level by level from the ranks outwards
+    order = sorted((n for n in topo.nodes if n not in pos),
+                   key=lambda n: (abs(LEVEL.get(topo.nodes[n].kind, 2.6)), list(topo.nodes).index(n)))
+    pending = list(order)
+    for _ in range(len(pending) + 1):
+        if not pending:
+            break
+        later = []
+        for node in pending:
+            placed = [pos[nb][0] for nb in graph.neighbors(node) if nb in pos]
+            if not placed and any(nb in pending for nb in graph.neighbors(node)) and len(later) < len(pending):
+                later.append(node)
+                continue
+            x = sum(placed) / len(placed) if placed else x0
+            pos[node] = (x, LEVEL.get(topo.nodes[node].kind, 2.6))
+        if len(later) == len(pending):  # nothing could be placed: put them anywhere
+            for node in later:
+                pos[node] = (x0, LEVEL.get(topo.nodes[node].kind, 2.6))
+            later = []
+        pending = later
+    # spread nodes that landed on the same level too close to each other
+    levels: dict[float, list[str]] = {}
+    for node, (x, y) in pos.items():
+        if node not in ranks:
+            levels.setdefault(y, []).append(node)
+    for y, nodes in levels.items():
+        nodes.sort(key=lambda n: (pos[n][0], list(topo.nodes).index(n)))
+        gap = 0.9
+        xs = [pos[n][0] for n in nodes]
+        for i in range(1, len(xs)):
+            xs[i] = max(xs[i], xs[i - 1] + gap)
+        # re-centre the spread group on where it wanted to be
+        shift = (sum(pos[n][0] for n in nodes) - sum(xs)) / len(xs)
+        for node, x in zip(nodes, xs):
+            pos[node] = (x + shift, y)
+    return pos
+
+
+def _fmt_bw(gbps: float) -> str:
+    return f"{gbps:g} GB/s"
+
+
+def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | None = None,
+                    title: str | None = None) -> Any:
+    """The topology drawing. `highlight` maps an undirected link (u, v) to a note; those
+    links are drawn thick and red (e.g. the bottleneck of some run)."""
+    import plotly.graph_objects as go
+
+    pos = positions(topo)
+    graph = topo.graph
+    fig = go.Figure()
+    by_kind: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for u, v, attrs in graph.edges(data=True):
+        by_kind.setdefault(attrs["kind"], []).append((u, v, attrs))
+    max_bw = max((a["bandwidth_GBps"] for _, _, a in graph.edges(data=True)), default=1.0)
+    label_links = graph.number_of_edges() <= LINK_LABEL_MAX_LINKS
+    for kind in sorted(by_kind):
+        edges = by_kind[kind]
+        # line width grows with the log of the bandwidth; one trace per width keeps it cheap
+        widths: dict[float, tuple[list[float | None], list[float | None]]] = {}
+        for u, v, attrs in edges:
+            w = round(1.0 + 4.0 * math.log1p(attrs["bandwidth_GBps"]) / math.log1p(max_bw), 1)
+            xs, ys = widths.setdefault(w, ([], []))
+            xs += [pos[u][0], pos[v][0], None]
+            ys += [pos[u][1], pos[v][1], None]
+        first = True
+        for w, (xs, ys) in sorted(widths.items()):
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": KIND_COLOURS.get(kind, "#7f7f7f"),
+                                                                     "width": w},
+                                     name=f"{kind} link", legendgroup=f"link-{kind}", showlegend=first,
+                                     hoverinfo="skip"))
+            first = False
+        # hover (and, when few, a label) at each link's midpoint
+        mx = [(pos[u][0] + pos[v][0]) / 2 for u, v, _ in edges]
+        my = [(pos[u][1] + pos[v][1]) / 2 for u, v, _ in edges]
+        hover = [f"{u} - {v}<br>{a['kind']}, {_fmt_bw(a['bandwidth_GBps'])} per direction, {a['latency_us']:g} us"
+                 for u, v, a in edges]
+        fig.add_trace(go.Scatter(x=mx, y=my, mode="markers+text" if label_links else "markers",
+                                 marker={"size": 6, "color": KIND_COLOURS.get(kind, "#7f7f7f"), "opacity": 0.5},
+                                 text=[_fmt_bw(a["bandwidth_GBps"]) for _, _, a in edges] if label_links else None,
+                                 textposition="middle right", textfont={"size": 9, "color": "#555"},
+                                 hovertext=hover, hoverinfo="text", name=f"{kind} bandwidth",
+                                 legendgroup=f"link-{kind}", showlegend=False))
+    if highlight:
+        xs, ys, hx, hy, notes = [], [], [], [], []
+        for (u, v), note in sorted(highlight.items()):
+            if not graph.has_edge(u, v):
+                continue
+            xs += [pos[u][0], pos[v][0], None]
+            ys += [pos[u][1], pos[v][1], None]
+            hx.append((pos[u][0] + pos[v][0]) / 2)
+            hy.append((pos[u][1] + pos[v][1]) / 2)
+            notes.append(f"{u} - {v}: {note}")
+        if notes:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#d62728", "width": 7},
+                                     opacity=0.45, name="bottleneck link", legendgroup="bottleneck",
+                                     hoverinfo="skip"))
+            fig.add_trace(go.Scatter(x=hx, y=hy, mode="markers", marker={"symbol": "x", "size": 11,
+                                                                         "color": "#d62728"},
+                                     hovertext=notes, hoverinfo="text", name="bottleneck", legendgroup="bottleneck",
+                                     showlegend=False))
+    rank_of = {node: r for r, node in enumerate(topo.ranks)}
+    by_node_kind: dict[str, list[str]] = {}
+    for node, spec in topo.nodes.items():
+        by_node_kind.setdefault(spec.kind, []).append(node)
+    show_labels = len(topo.nodes) <= LABEL_MAX_NODES
+    for kind in sorted(by_node_kind):
+        nodes = by_node_kind[kind]
+        symbol, colour, size = NODE_STYLE.get(kind, ("circle", "#7f7f7f", 12))
+        hover = []
+        for n in nodes:
+            spec = topo.nodes[n]
+            bits = [f"<b>{n}</b> ({kind}{', rank ' + str(rank_of[n]) if n in rank_of else ''})"]
+            for attr in ("model", "tflops", "memory_GB", "cores"):
+                value = getattr(spec, attr, None)
+                if value is not None:
+                    bits.append(f"{attr}: {value}")
+            hover.append("<br>".join(bits))
+        fig.add_trace(go.Scatter(x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
+                                 mode="markers+text" if show_labels else "markers",
+                                 marker={"symbol": symbol, "color": colour, "size": size,
+                                         "line": {"width": 1, "color": "#333"}},
+                                 text=nodes if show_labels else None, textposition="top center",
+                                 textfont={"size": 10}, hovertext=hover, hoverinfo="text",
+                                 name=f"{kind} ({len(nodes)})"))
+    fig.update_layout(
+        title=title or f"{topo.name}: {len(topo.ranks)} rank devices, {graph.number_of_edges()} full-duplex links",
+        xaxis={"visible": False}, yaxis={"visible": False},
+        template="plotly_white", height=560, hovermode="closest",
+        legend={"itemsizing": "constant"},
+    )
+    return fig

@@ -1,0 +1,464 @@
+"""report.html: one self-contained page (plotly.js inlined, so it opens offline) that shows
+what a scenario predicts and why:
+
+* speed-up vs GPU count per algorithm (and per sweep combination), the ideal line, and
+  the scenario's reference (measured) points;
+* the time of a step split into compute, exposed communication, data and idle, per run;
+* every link's utilisation per run (a heatmap per topology), each run's bottleneck marked;
+* a per-rank timeline (Gantt) of the first simulated steps of the featured runs;
+* a drawing of each topology, link kinds and bandwidths, bottleneck links in red.
+
+The same page builder (`html_page`) serves `gansim topology show --out` and can serve
+`gansim validate` (`validation_page`). If any script on a page fails, the page says so in
+a red banner at its top (and records it in the `data-gansim-errors` attribute of <html>,
+which the browser test reads)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+from gansim.core.version import __version__
+from gansim.outputs.drawing import topology_figure
+from gansim.outputs.figures import figures_for
+from gansim.topology.graph import Topology
+
+CATEGORY_COLOURS = {"compute": "#2ca02c", "communication": "#d62728", "data": "#1f77b4", "idle": "#c7c7c7",
+                    "host overhead": "#8c564b", "all-reduce": "#d62728"}
+ALGORITHM_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                     "#bcbd22", "#17becf"]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+HEATMAP_ALL_LINKS_MAX = 128  # above this, links nothing crossed are left out of the heatmap
+TABLE_MAX_ROWS = 60
+
+# Runs before plotly: any uncaught error or rejected promise on the page (plotly's included)
+# becomes a visible banner and a count on <html data-gansim-errors>.
+_ERROR_HOOK = """<script>
+(function () {
+  var errors = [];
+  function report(message) {
+    errors.push(String(message));
+    document.documentElement.setAttribute('data-gansim-errors', String(errors.length));
+    document.documentElement.setAttribute('data-gansim-error-text', errors.join(' | '));
+    var show = function () {
+      var banner = document.getElementById('gansim-error-banner');
+      if (!banner) {
+        banner = document.createElement('div');
+        banner.id = 'gansim-error-banner';
+        banner.className = 'error-banner';
+        document.body.insertBefore(banner, document.body.firstChild);
+      }
+      banner.textContent = 'This page hit a script error, some plots may be missing: ' + errors.join(' | ');
+    };
+    if (document.body) { show(); } else { document.addEventListener('DOMContentLoaded', show); }
+  }
+  window.addEventListener('error', function (e) { report(e.message || e); });
+  window.addEventListener('unhandledrejection', function (e) { report(e.reason || 'unhandled rejection'); });
+  document.documentElement.setAttribute('data-gansim-errors', '0');
+})();
+</script>"""
+
+# After load: each plot says how many traces and calculated points it drew (the browser
+# test reads these; a user never sees them).
+_PLOT_CENSUS = """<script>
+window.addEventListener('load', function () {
+  var plots = document.querySelectorAll('.js-plotly-plot');
+  plots.forEach(function (gd) {
+    var points = 0;
+    (gd.calcdata || []).forEach(function (cd) { points += cd ? cd.length : 0; });
+    gd.setAttribute('data-gansim-traces', String((gd._fullData || []).length));
+    gd.setAttribute('data-gansim-points', String(points));
+  });
+  document.documentElement.setAttribute('data-gansim-plots', String(plots.length));
+});
+</script>"""
+
+_STYLE = """<style>
+body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
+       max-width: 1400px; padding: 1em 2em; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+p.caption, p.sub { color: #555; font-size: 0.92em; max-width: 70em; }
+table.runs { border-collapse: collapse; font-size: 0.85em; }
+table.runs td, table.runs th { padding: 2px 8px; border-bottom: 1px solid #eee; text-align: right; }
+table.runs th { background: #f5f5f5; } table.runs td.l, table.runs th.l { text-align: left; }
+.error-banner { background: #d62728; color: white; padding: 0.6em 1em; font-weight: bold; }
+nav a { margin-right: 1em; }
+</style>"""
+
+
+@dataclass
+class Section:
+    """One part of a page: a heading, then figures and/or HTML, then a caption."""
+
+    title: str
+    figures: Sequence[Any] = ()
+    caption: str = ""
+    html: str = ""
+    anchor: str = ""
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") -> str:
+    """A complete, self-contained HTML page. Figures get stable div ids, so the same
+    input gives the same bytes."""
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title>", f'<meta name="generator" content="gansim {__version__}">',
+        _ERROR_HOOK, _STYLE,
+        f'<script type="text/javascript">{plotly_js()}</script>',
+        "</head>", "<body>", f"<h1>{html.escape(title)}</h1>",
+    ]
+    if subtitle:
+        parts.append(f'<p class="sub">{subtitle}</p>')
+    anchors = [(s.anchor or f"section-{i}", s.title) for i, s in enumerate(sections)]
+    if len(sections) > 2:
+        parts.append("<nav>" + "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in anchors) + "</nav>")
+    plot = 0
+    for (anchor, _), section in zip(anchors, sections):
+        parts.append(f'<section id="{anchor}"><h2>{html.escape(section.title)}</h2>')
+        if section.html:
+            parts.append(section.html)
+        for fig in section.figures:
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{plot}",
+                                     config={"displaylogo": False, "responsive": True}))
+            plot += 1
+        if section.caption:
+            parts.append(f'<p class="caption">{section.caption}</p>')
+        parts.append("</section>")
+    parts += [f'<p class="sub">gansim {__version__}</p>', _PLOT_CENSUS, "</body>", "</html>", ""]
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- run labels
+def combo_label(run: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in run.get("sweep", {}).items())
+
+
+def run_label(run: dict[str, Any]) -> str:
+    combo = combo_label(run)
+    return f"{run['gpus']} x {run['algorithm']}" + (f" [{combo}]" if combo else "")
+
+
+def _combos(runs: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(combo_label(r) for r in runs))
+
+
+def _algorithms(runs: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["algorithm"] for r in runs))
+
+
+# ----------------------------------------------------------------------------- figures
+def speedup_figure(summary: dict[str, Any]) -> Any:
+    import plotly.graph_objects as go
+
+    runs = summary["runs"]
+    algorithms, combos = _algorithms(runs), _combos(runs)
+    fig = go.Figure()
+    gpus = sorted({r["gpus"] for r in runs})
+    fig.add_trace(go.Scatter(x=gpus, y=gpus, mode="lines", name="ideal (linear)",
+                             line={"dash": "dot", "color": "#888"}))
+    for ci, combo in enumerate(combos):
+        for ai, algorithm in enumerate(algorithms):
+            sel = sorted((r for r in runs if r["algorithm"] == algorithm and combo_label(r) == combo
+                          and r.get("speedup") is not None), key=lambda r: r["gpus"])
+            if not sel:
+                continue
+            name = algorithm + (f" [{combo}]" if combo else "")
+            fig.add_trace(go.Scatter(
+                x=[r["gpus"] for r in sel], y=[r["speedup"] for r in sel], mode="lines+markers", name=name,
+                legendgroup=combo or algorithm,
+                line={"color": ALGORITHM_COLOURS[ai % len(ALGORITHM_COLOURS)], "dash": DASHES[ci % len(DASHES)]},
+                hovertext=[f"{run_label(r)}<br>step {r['step_time_s'] * 1e3:.3f} ms, speed-up {r['speedup']:.3f}, "
+                           f"efficiency {r['efficiency']:.0%}<br>bottleneck {r['bottleneck']['resource']} "
+                           f"({r['bottleneck']['utilization']:.0%})" for r in sel],
+                hoverinfo="text"))
+    reference = summary.get("reference") or {}
+    ref = {int(k): float(v) for k, v in (reference.get("speedup") or {}).items()}
+    if ref:
+        xs = sorted(ref)
+        fig.add_trace(go.Scatter(x=xs, y=[ref[x] for x in xs], mode="markers",
+                                 name=f"reference: {reference.get('source') or 'measured'}",
+                                 marker={"symbol": "star", "size": 15, "color": "black"},
+                                 hovertext=[f"reference, {x} GPUs: speed-up {ref[x]:g}" for x in xs],
+                                 hoverinfo="text"))
+    scaling = {r["scaling"] for r in runs}
+    ylabel = "speed-up (weak scaling: N x T1 / TN)" if scaling == {"weak"} else (
+        "speed-up (strong scaling: T1 / TN)" if scaling == {"strong"} else "speed-up")
+    fig.update_layout(title="Speed-up vs GPU count", xaxis_title="GPUs", yaxis_title=ylabel,
+                      template="plotly_white", height=520, hovermode="closest")
+    fig.update_xaxes(tickvals=gpus if len(gpus) <= 20 else None)
+    return fig
+
+
+def breakdown_figure(summary: dict[str, Any]) -> Any:
+    import plotly.graph_objects as go
+
+    runs = summary["runs"]
+    swept = any(r.get("sweep") for r in runs)
+    short = [f"{r['gpus']} x {r['algorithm']}" for r in runs]
+    # a sweep groups its bars by combination (a second row of axis labels)
+    x: Any = [[", ".join(str(v) for v in r.get("sweep", {}).values()) for r in runs], short] if swept else short
+    hover = [run_label(r) for r in runs]
+    fig = go.Figure()
+    for key, name in (("compute_s", "compute"), ("communication_s", "communication"), ("data_s", "data"),
+                      ("idle_s", "idle")):
+        fig.add_trace(go.Bar(x=x, y=[r["breakdown"][key] * 1e3 for r in runs], name=name,
+                             marker_color=CATEGORY_COLOURS[name], hovertext=hover,
+                             hovertemplate="%{hovertext}<br>" + name + ": %{y:.4f} ms<extra></extra>"))
+    fig.update_layout(barmode="stack", title="Where a step's time goes (per rank, averaged over ranks)",
+                      yaxis_title="ms per step", template="plotly_white", height=560 if swept else 520,
+                      xaxis={"tickangle": -90 if swept else -45, "automargin": True,
+                             "type": "multicategory" if swept else "category"})
+    return fig
+
+
+def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
+                        topologies: dict[str, Topology]) -> list[Any]:
+    """One heatmap per topology: runs x directed links, colour = average utilisation over
+    the run; an x marks each run's bottleneck link (a ring: its busiest link, when the
+    bottleneck is a compute resource)."""
+    import plotly.graph_objects as go
+
+    runs = summary["runs"]
+    figures = []
+    for name, topo in topologies.items():
+        rows = [i for i, r in enumerate(runs) if r["topology"] == name and "link_utilization" in details[i]]
+        if not rows:
+            continue
+        z_all = [details[i]["link_utilization"] for i in rows]
+        links = list(range(topo.num_links))
+        dropped = 0
+        if topo.num_links > HEATMAP_ALL_LINKS_MAX:
+            links = [j for j in links if any(z[j] > 0 for z in z_all)]
+            dropped = topo.num_links - len(links)
+        names = [topo.link_names[j] for j in links]
+        y = [run_label(runs[i]) for i in rows]
+        z = [[z[j] for j in links] for z in z_all]
+        hover = [[f"{y[a]}<br>{names[b]} ({topo.link_kinds[links[b]]}, "
+                  f"{topo.capacity_Bps[links[b]] / 1e9:g} GB/s): {z[a][b]:.1%}" for b in range(len(links))]
+                 for a in range(len(rows))]
+        fig = go.Figure(go.Heatmap(z=z, x=names, y=y, colorscale="YlOrRd", zmin=0, zmax=1,
+                                   colorbar={"title": "utilisation", "tickformat": ".0%"},
+                                   hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
+        mark_x, mark_y, mark_text, ring_x, ring_y, ring_text = [], [], [], [], [], []
+        for a, i in enumerate(rows):
+            run = runs[i]
+            b = run["bottleneck"]
+            if b["resource"] in names:
+                mark_x.append(b["resource"])
+                mark_y.append(y[a])
+                mark_text.append(f"bottleneck of {y[a]}: {b['resource']} ({b['utilization']:.0%})")
+            else:
+                link = run.get("busiest_link") or {}
+                if link.get("resource") in names:
+                    ring_x.append(link["resource"])
+                    ring_y.append(y[a])
+                    ring_text.append(f"{y[a]}: bottleneck {b['resource']} ({b['kind']}, {b['utilization']:.0%}); "
+                                     f"busiest link {link['resource']} ({link['utilization']:.0%})")
+        if mark_x:
+            fig.add_trace(go.Scatter(x=mark_x, y=mark_y, mode="markers", name="bottleneck (a link)",
+                                     marker={"symbol": "x", "size": 10, "color": "black"}, hovertext=mark_text,
+                                     hoverinfo="text"))
+        if ring_x:
+            fig.add_trace(go.Scatter(x=ring_x, y=ring_y, mode="markers",
+                                     name="busiest link (bottleneck is compute)",
+                                     marker={"symbol": "circle-open", "size": 10, "color": "black"},
+                                     hovertext=ring_text, hoverinfo="text"))
+        note = f" ({dropped} links nothing crossed are left out)" if dropped else ""
+        fig.update_layout(title=f"Link utilisation on {name}, per run{note}", template="plotly_white",
+                          height=min(2400, max(360, 160 + 18 * len(rows))),
+                          xaxis={"tickangle": -60, "automargin": True, "type": "category"},
+                          yaxis={"automargin": True, "type": "category", "autorange": "reversed"},
+                          legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"})
+        figures.append(fig)
+    return figures
+
+
+def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int]) -> Any | None:
+    """Per-rank timeline of the first steps; a menu switches between the featured runs."""
+    import plotly.graph_objects as go
+
+    runs = summary["runs"]
+    shown = [i for i in featured if "gantt" in details[i]]
+    if not shown:
+        return None
+    fig = go.Figure()
+    categories = ("compute", "data", "host overhead", "all-reduce")
+    owners: list[int] = []
+    titles = []
+    for n, i in enumerate(shown):
+        g = details[i]["gantt"]
+        labels = [f"rank {r} ({g['rank_nodes'][r]})" for r in range(g["ranks_shown"])]
+        for category in categories:
+            bars = [b for b in g["bars"] if b[1] == category]
+            fig.add_trace(go.Bar(
+                orientation="h", base=[b[2] * 1e3 for b in bars], x=[(b[3] - b[2]) * 1e3 for b in bars],
+                y=[labels[b[0]] for b in bars], name=category, legendgroup=category, showlegend=True,
+                marker={"color": CATEGORY_COLOURS[category], "line": {"width": 0.5, "color": "white"}},
+                hovertext=[f"{labels[b[0]]}: {b[4]}<br>{b[2] * 1e3:.4f} - {b[3] * 1e3:.4f} ms "
+                           f"({(b[3] - b[2]) * 1e6:.1f} us)" for b in bars],
+                hoverinfo="text", visible=n == 0))
+            owners.append(n)
+        more = f", first {g['ranks_shown']} of {g['ranks']} ranks" if g["ranks_shown"] < g["ranks"] else ""
+        cut = ", bars cut" if g.get("truncated") else ""
+        titles.append(f"First {g['steps_shown']} step(s) of {run_label(runs[i])}{more}{cut}")
+    buttons = [{"label": run_label(runs[i]), "method": "update",
+                "args": [{"visible": [o == n for o in owners]}, {"title": titles[n]}]}
+               for n, i in enumerate(shown)]
+    fig.update_layout(
+        title=titles[0], barmode="overlay", template="plotly_white", xaxis_title="ms since the start",
+        yaxis={"autorange": "reversed", "type": "category", "automargin": True},
+        height=min(1400, max(360, 140 + 26 * max(details[i]["gantt"]["ranks_shown"] for i in shown))),
+        updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.15,
+                      "yanchor": "top", "showactive": True}] if len(buttons) > 1 else [],
+    )
+    return fig
+
+
+def bottleneck_links(summary: dict[str, Any], topo: Topology) -> dict[tuple[str, str], str]:
+    """Undirected links that are some run's bottleneck, with the runs that say so."""
+    notes: dict[tuple[str, str], list[str]] = {}
+    for run in summary["runs"]:
+        if run["topology"] != topo.name:
+            continue
+        name = run["bottleneck"]["resource"] or ""
+        if "->" not in name:
+            continue
+        u, v = name.split("->", 1)
+        key = (u, v) if topo.graph.has_edge(u, v) else (v, u)
+        notes.setdefault(tuple(sorted(key)), []).append(
+            f"{run_label(run)} ({name}, {run['bottleneck']['utilization']:.0%})")
+    return {k: "bottleneck of " + "; ".join(v[:6]) + (f" and {len(v) - 6} more" if len(v) > 6 else "")
+            for k, v in notes.items()}
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def runs_table(summary: dict[str, Any]) -> str:
+    runs = summary["runs"]
+    reference = summary.get("reference") or {}
+    ref = {int(k): float(v) for k, v in (reference.get("speedup") or {}).items()}
+    sweep = any(r.get("sweep") for r in runs)
+    head = ("<tr><th>GPUs</th><th class='l'>algorithm</th>" + ("<th class='l'>sweep</th>" if sweep else "") +
+            "<th>step ms</th>"
+            "<th>speed-up</th>" + ("<th>reference</th>" if ref else "") +
+            "<th>efficiency</th><th>all-reduce ms</th><th>busbw GB/s</th><th class='l'>bottleneck</th></tr>")
+    rows = []
+    for r in runs[:TABLE_MAX_ROWS]:
+        if r.get("step_time_s") is None:
+            rows.append(
+                f"<tr><td>{r['gpus']}</td><td class='l'>{html.escape(r['algorithm'])}</td>"
+                + (f"<td class='l'>{html.escape(combo_label(r))}</td>" if sweep else "") +
+                f"<td class='l' colspan='{7 if ref else 6}'>out of memory: needs {r.get('memory_peak_GB', 0):.2f} GB "
+                f"of {r.get('memory_capacity_GB', 0):.2f} GB per GPU (not simulated)</td></tr>")
+            continue
+        b = r["bottleneck"]
+        rows.append(
+            f"<tr><td>{r['gpus']}</td><td class='l'>{html.escape(r['algorithm'])}</td>"
+            + (f"<td class='l'>{html.escape(combo_label(r))}</td>" if sweep else "") +
+            f"<td>{r['step_time_s'] * 1e3:.3f}</td>"
+            f"<td>{_fmt(r['speedup'], '.3f')}</td>" + (f"<td>{ref[r['gpus']]:.3f}</td>" if r["gpus"] in ref else
+                                                        ("<td></td>" if ref else "")) +
+            f"<td>{_fmt(r['efficiency'], '.0%')}</td><td>{r['allreduce_time_s'] * 1e3:.3f}</td>"
+            f"<td>{r['busbw_GBps']:.2f}</td><td class='l'>{html.escape(str(b['resource']))} ({b['kind']}, "
+            f"{b['utilization']:.0%})</td></tr>")
+    more = f"<p class='caption'>First {TABLE_MAX_ROWS} of {len(runs)} runs; all are in summary.csv.</p>" \
+        if len(runs) > TABLE_MAX_ROWS else ""
+    return f"<table class='runs'>{head}{''.join(rows)}</table>{more}"
+
+
+def scenario_report(summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int],
+                    topologies: dict[str, Topology], *, description: str = "",
+                    traces: dict[int, str] | None = None) -> str:
+    """The whole report.html for one simulated scenario. `details[i]` belongs to
+    summary["runs"][i]; `topologies` by name; `traces` maps run index -> trace path."""
+    table_html = runs_table(summary)
+    # out-of-memory runs have no timeline: the runs table names them, the plots leave them out
+    timed = [i for i, r in enumerate(summary["runs"]) if r.get("step_time_s") is not None]
+    position = {i: k for k, i in enumerate(timed)}
+    summary = {**summary, "runs": [summary["runs"][i] for i in timed]}
+    details = [details[i] for i in timed]
+    featured = [position[i] for i in featured if i in position]
+    traces = {position[i]: path for i, path in (traces or {}).items() if i in position}
+    runs = summary["runs"]
+    axes = summary.get("sweep_axes") or []
+    subtitle = html.escape(description) + "<br>" if description else ""
+    subtitle += (f"{len(runs)} runs: {len(_algorithms(runs))} algorithm(s) x GPU counts "
+                 f"{sorted({r['gpus'] for r in runs})}" + (f" x sweep over {', '.join(axes)}" if axes else "") +
+                 f"; source {html.escape(str(summary.get('source', '')))}.")
+    sections = [Section("Runs", html=table_html, anchor="runs"),
+                Section("Speed-up", [speedup_figure(summary)], anchor="speedup", caption=(
+                    "Speed-up of each algorithm over one GPU of the same sweep combination; the dotted line is "
+                    "linear scaling; stars are the scenario's reference (measured) figures when it gives some.")),
+                Section("Time breakdown", [breakdown_figure(summary)], anchor="breakdown", caption=(
+                    "Per step and per rank, averaged over ranks. Where activities overlap, compute wins over "
+                    "data and data over communication, so 'communication' is the exposed part only; idle is "
+                    "waiting (for peers, a slower rank, a barrier)."))]
+    heatmaps = utilisation_figures(summary, details, topologies)
+    if heatmaps:
+        sections.append(Section("Link utilisation", heatmaps, anchor="links", caption=(
+            "Bytes each directed link carried over the run divided by what it could carry (bandwidth x run "
+            "time). x: the run's bottleneck; open circle: the busiest link where the bottleneck is a compute "
+            "resource. Per-run figures for every link are in details.json.")))
+    gantt = gantt_figure(summary, details, featured)
+    if gantt is not None:
+        sections.append(Section("Timeline of the first steps", [gantt], anchor="gantt", caption=(
+            "Each rank's compute, data loading, host overhead and all-reduce (from the moment the rank joins the "
+            "collective to the moment it holds the sum) during the first simulated steps. The menu switches "
+            "between the featured runs (per algorithm, its largest GPU count). Every transfer is in the runs' "
+            "Chrome traces (traces/*.json: open them in ui.perfetto.dev).")))
+    drawings = [topology_figure(topo, highlight=bottleneck_links(summary, topo)) for topo in topologies.values()]
+    if drawings:
+        sections.append(Section("Topology", drawings, anchor="topology", caption=(
+            "Colour: link kind; width: bandwidth (log scale); labels: bandwidth per direction (every link is "
+            "full duplex). Red: links that are some run's bottleneck. Hover for figures.")))
+    whatif = figures_for(summary)
+    if whatif:
+        sections.append(Section("What-ifs: memory, cost, checkpoints, allocation", whatif, anchor="whatif", caption=(
+            "Memory per run against the device's capacity (out-of-memory runs are never simulated); cost vs "
+            "time-to-train with the Pareto front; goodput vs checkpoint interval with the Young/Daly optimum; "
+            "fixed vs dynamic GPU allocation. Each appears when the scenario configures it.")))
+    if traces:
+        items = "".join(f"<li><a href='{html.escape(path)}'>{html.escape(path)}</a>: "
+                        f"{html.escape(run_label(runs[i]))}</li>" for i, path in sorted(traces.items())[:200])
+        more = f"<p class='caption'>{len(traces) - 200} more in traces/.</p>" if len(traces) > 200 else ""
+        sections.append(Section("Traces", html=f"<ul>{items}</ul>{more}", anchor="traces", caption=(
+            "Chrome trace event files of the first steps of each run: one process per topology node, one "
+            "thread per activity of a rank and per directed link. Load them in ui.perfetto.dev.")))
+    return html_page(f"gansim: {summary['scenario']}", sections, subtitle=subtitle)
+
+
+def topology_page(topo: Topology, info: dict[str, Any], summary_text: str) -> str:
+    """topology.html for `gansim topology show --out`."""
+    return html_page(f"gansim topology: {topo.name}", [
+        Section("Drawing", [topology_figure(topo)], anchor="drawing", caption=(
+            "Colour: link kind; width: bandwidth (log scale); labels: bandwidth per direction (every link is "
+            "full duplex). Hover over a node or a link's midpoint for its figures.")),
+        Section("Summary", html=f"<pre>{html.escape(summary_text)}</pre>", anchor="summary"),
+    ], subtitle=html.escape(info.get("description", "")))
+
+
+def validation_page(title: str, sizes: Sequence[int], series: dict[str, Sequence[float]], *,
+                    subtitle: str = "", ylabel: str = "speed-up (weak scaling: N T1 / TN)") -> str:
+    """A speed-up comparison page (what `gansim validate` draws: measured vs predicted),
+    with the ideal line; gansim/outputs/validation.py can call this instead of building its own."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(sizes), y=list(sizes), mode="lines", name="ideal",
+                             line={"dash": "dot", "color": "grey"}))
+    for name, values in series.items():
+        fig.add_trace(go.Scatter(x=list(sizes), y=list(values), mode="lines+markers", name=name))
+    fig.update_layout(title=title, xaxis_title="ranks", yaxis_title=ylabel, template="plotly_white", height=520)
+    return html_page(title, [Section("Speed-up", [fig], anchor="speedup")], subtitle=subtitle)

@@ -1,0 +1,153 @@
+"""Writing a simulated scenario: summary.json and summary.csv, the printed table,
+details.json, traces/ and report.html, each file atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from gansim.core.files import atomic_write
+from gansim.outputs.report import scenario_report
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+CSV_COLUMNS = [
+    "gpus", "algorithm", "cost_model", "topology", "workload", "scaling", "per_gpu_batch", "step_time_s", "speedup",
+    "efficiency", "allreduce_time_s", "algbw_GBps", "busbw_GBps", "compute_s", "communication_s", "data_s", "idle_s",
+    "bottleneck_resource", "bottleneck_kind", "bottleneck_utilization", "busiest_link", "busiest_link_utilization",
+    "memory_peak_GB", "fits", "time_to_train_s", "goodput", "cost_usd", "energy_kWh",
+]
+
+
+def flat_row(run: dict[str, Any], sweep_axes: list[str]) -> dict[str, Any]:
+    """One CSV row; a run that did not fit in memory has no timings (empty cells)."""
+    row = {k: run.get(k) for k in CSV_COLUMNS}
+    row.update({k: (run.get("breakdown") or {}).get(k) for k in ("compute_s", "communication_s", "data_s", "idle_s")})
+    bottleneck = run.get("bottleneck") or {}
+    row["bottleneck_resource"] = bottleneck.get("resource")
+    row["bottleneck_kind"] = bottleneck.get("kind")
+    row["bottleneck_utilization"] = bottleneck.get("utilization")
+    link = run.get("busiest_link") or {}
+    row["busiest_link"] = link.get("resource")
+    row["busiest_link_utilization"] = link.get("utilization")
+    for axis in sweep_axes:
+        row[f"sweep.{axis}"] = run.get("sweep", {}).get(axis)
+    return row
+
+
+def to_csv(summary: dict[str, Any]) -> str:
+    axes = list(summary.get("sweep_axes", []))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS + [f"sweep.{a}" for a in axes], lineterminator="\n")
+    writer.writeheader()
+    for run in summary["runs"]:
+        writer.writerow(flat_row(run, axes))
+    return out.getvalue()
+
+
+def write_summary(out_dir: Path, summary: dict[str, Any]) -> list[Path]:
+    json_path, csv_path = out_dir / "summary.json", out_dir / "summary.csv"
+    json_text, csv_text = to_json(summary), to_csv(summary)  # render both before touching either
+    atomic_write(json_path, json_text)
+    atomic_write(csv_path, csv_text)
+    return [json_path, csv_path]
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The printed table: one line per run, the reference beside it when there is one."""
+    reference = summary.get("reference") or {}
+    ref_speedup = {int(k): v for k, v in (reference.get("speedup") or {}).items()}
+    header = f"{'gpus':>4} {'algorithm':<18} {'model':<10} {'step ms':>9} {'speedup':>8} {'ref':>7} " \
+             f"{'eff':>5} {'ar ms':>8} {'busbw GB/s':>10}  bottleneck"
+    lines = [f"scenario {summary['scenario']}", header, "-" * len(header)]
+    for run in summary["runs"]:
+        ref = ref_speedup.get(run["gpus"])
+        extra = " ".join(f"{k}={v}" for k, v in run.get("sweep", {}).items())
+        head = f"{run['gpus']:>4} {run['algorithm']:<18} {run['cost_model']:<10} "
+        if run.get("step_time_s") is None:
+            lines.append(head + f"out of memory: needs {run.get('memory_peak_GB', 0):.2f} GB of "
+                                f"{run.get('memory_capacity_GB', 0):.2f} GB{'  ' + extra if extra else ''}")
+            continue
+        b = run["bottleneck"]
+        speedup = f"{run['speedup']:>8.3f}" if run.get("speedup") is not None else f"{'-':>8}"
+        efficiency = f"{run['efficiency']:>5.2f}" if run.get("efficiency") is not None else f"{'-':>5}"
+        lines.append(
+            head + f"{run['step_time_s'] * 1e3:>9.3f} {speedup} {('%.3f' % ref) if ref else '':>7} {efficiency} "
+            f"{run['allreduce_time_s'] * 1e3:>8.3f} {run['busbw_GBps']:>10.2f}  "
+            f"{b['resource']} ({b['kind']}, {b['utilization']:.0%}){'  ' + extra if extra else ''}"
+        )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- per-run outputs
+TRACE_DIR = "traces"
+_TRACE_PREFIX = "run-"
+
+
+def _slug(text: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "._=" else "-" for c in text)
+    return "-".join(part for part in keep.split("-") if part)[:80]
+
+
+def trace_name(index: int, run: dict[str, Any]) -> str:
+    """traces/run-0003-4gpu-ring[-sweep values].json: stable, sortable, readable."""
+    combo = "-".join(f"{k}={v}" for k, v in run.get("sweep", {}).items())
+    base = f"{_TRACE_PREFIX}{index:04d}-{run['gpus']}gpu-{run['algorithm']}"
+    return f"{TRACE_DIR}/{base}{'-' + _slug(combo) if combo else ''}.json"
+
+
+def details_document(summary: dict[str, Any], details: list[dict[str, Any]], topologies: dict[str, Any],
+                     traces: dict[int, str]) -> dict[str, Any]:
+    """details.json: what summary.json leaves out per run (every link's utilisation, where
+    its trace is); link names and figures once per topology."""
+    return {
+        "scenario": summary["scenario"],
+        "gansim_version": summary["gansim_version"],
+        "topologies": {
+            name: {"links": list(topo.link_names), "kinds": list(topo.link_kinds),
+                   "bandwidth_GBps": [float(c) / 1e9 for c in topo.capacity_Bps]}
+            for name, topo in topologies.items()
+        },
+        "runs": [
+            {"gpus": run["gpus"], "algorithm": run["algorithm"], "topology": run["topology"],
+             **({"sweep": run["sweep"]} if "sweep" in run else {}),
+             "link_utilization": details[i].get("link_utilization"), "trace": traces.get(i)}
+            for i, run in enumerate(summary["runs"])
+        ],
+    }
+
+
+def write_run_outputs(out_dir: Path, summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int],
+                      topologies: dict[str, Any], *, description: str = "",
+                      summary_files: bool = True) -> list[Path]:
+    """Write summary.json/csv, report.html, details.json and traces/*.json. Everything is
+    rendered before anything is written, each file is written atomically, and traces of an
+    earlier run that this one did not produce are removed."""
+    traces = {i: trace_name(i, run) for i, run in enumerate(summary["runs"]) if "trace" in details[i]}
+    texts: list[tuple[Path, str]] = []
+    if summary_files:
+        texts += [(out_dir / "summary.json", to_json(summary)), (out_dir / "summary.csv", to_csv(summary))]
+    texts.append((out_dir / "report.html", scenario_report(summary, details, featured, topologies,
+                                                           description=description, traces=traces)))
+    texts.append((out_dir / "details.json", to_json(details_document(summary, details, topologies, traces))))
+    written = []
+    for i, rel in sorted(traces.items()):
+        atomic_write(out_dir / rel, details[i]["trace"])
+    trace_dir = out_dir / TRACE_DIR
+    if trace_dir.is_dir():
+        wanted = {Path(rel).name for rel in traces.values()}
+        for old in trace_dir.glob(f"{_TRACE_PREFIX}*.json"):
+            if old.name not in wanted:
+                old.unlink(missing_ok=True)
+    for path, text in texts:
+        atomic_write(path, text)
+        written.append(path)
+    if traces:
+        written.append(trace_dir)
+    return written

@@ -1,0 +1,143 @@
+"""Predictions from a calibration profile: the fitted alpha/beta/gamma, the world-size-1
+phase times and the core-sharing factors become a simulated machine and workload.
+Only fitted figures are used, never the measured multi-rank step times (those are what
+`validate` compares against)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gansim.calibration.phases import COMPUTE_PHASES
+from gansim.calibration.profile import Profile
+from gansim.core.config import Scenario, TrainingOptions
+from gansim.core.errors import UserInputError
+from gansim.runner.point import simulate_point
+from gansim.topology.graph import Topology, topology_from_dict
+from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
+
+# PyTorch DDP's defaults (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and
+# dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB)
+DDP_BUCKET_MiB, DDP_FIRST_BUCKET_MiB = 25.0, 1.0
+# steps simulated when ranks vary: enough for the mean over the draws to settle
+PREDICTED_STEPS = 100
+
+
+def profile_workload(profile: Profile) -> GanWorkload:
+    """The measured GAN: phase times at the calibrated batch, gradient tensors in backward
+    order when the model is one gansim knows (for DDP's bucket boundaries)."""
+    fit, prov = profile.fit, profile.provenance
+    c = compute_phases(profile)
+    phases = StepPhases(
+        batch=float(prov.batch_size), data_host_s=c.get("data_s", 0.0), sample_bytes=0.0,
+        d_forward_s=c["d_forward_s"], d_backward_s=c["d_backward_s"], d_optimizer_s=c["d_optimizer_s"],
+        g_forward_s=c["g_forward_s"], g_backward_s=c["g_backward_s"], g_optimizer_s=c["g_optimizer_s"],
+    )
+    d_bytes, g_bytes = fit.gradient_bytes.discriminator, fit.gradient_bytes.generator
+    if prov.model in ARCHITECTURES:
+        arch = ARCHITECTURES.get(prov.model)()
+        d_tensors, g_tensors = tuple(arch.discriminator.param_tensors()), tuple(arch.generator.param_tensors())
+    else:
+        d_tensors, g_tensors = (d_bytes // 4,), (g_bytes // 4,)
+    return GanWorkload(
+        name=prov.model, d_params=d_bytes // 4, g_params=g_bytes // 4, bytes_per_param=4,
+        d_steps_per_g_step=prov.d_steps, d_param_tensors=d_tensors, g_param_tensors=g_tensors,
+        measured=phases, architecture=None,
+        d_buffer_bytes=fit.buffer_bytes.discriminator, g_buffer_bytes=fit.buffer_bytes.generator,
+    )
+
+
+def compute_phases(profile: Profile) -> dict[str, float]:
+    """Per-phase seconds of one rank alone. The world-size-1 training run is preferred: it
+    trains exactly as the multi-rank runs do (DDP's bucket copies and hooks, the timing
+    barriers) but has nobody to talk to, so it is compute only; the bare compute-only run
+    misses DDP's own cost (on this 2-core VM about 20 % of the step)."""
+    alone = profile.measured.phases.get("1")
+    if alone and all(name in alone for name in COMPUTE_PHASES):
+        phases = {name: alone[name] for name in COMPUTE_PHASES}
+        # flat mode: at world size 1 the all-reduce moves nothing, and what its phase took is
+        # the copies into and out of the flat buffer, which every world size pays: with backward
+        for net in ("d", "g"):
+            phases[f"{net}_backward_s"] += alone.get(f"{net}_allreduce_s", 0.0)
+        return phases
+    return dict(profile.fit.compute)
+
+
+def sharing_factor(profile: Profile, world_size: int) -> float:
+    """How much slower each rank computes when `world_size` ranks compute at once: the
+    measured factor when calibrated at that size; beyond, processor sharing of the cores
+    times the largest factor measured without oversubscription."""
+    # A rank never computes faster because others compute too: a measured factor below 1 is
+    # noise (on a shared VM the runs at different world sizes see different background load).
+    factors = {int(k): max(1.0, v) for k, v in profile.fit.core_sharing.items()}
+    if world_size in factors:
+        return factors[world_size]
+    cores = profile.provenance.cores
+    base = max((v for k, v in factors.items() if k <= cores), default=1.0)
+    return base * max(1.0, world_size / cores)
+
+
+def profile_topology(profile: Profile, ranks: int) -> Topology:
+    """This machine as the calibration saw it: `ranks` CPU processes on the host's cores,
+    rank-to-rank through two loopback hops whose latencies add up to alpha and whose
+    bandwidth is 1/beta (so a ring step costs alpha + n beta, the fitted closed form)."""
+    fit = profile.fit
+    bandwidth_GBps = 1.0 / fit.beta_s_per_byte / 1e9 if fit.beta_s_per_byte > 0 else 1e6
+    return topology_from_dict({
+        "name": f"calibrated-{profile.provenance.host}",
+        "description": f"{profile.provenance.device} calibrated {profile.provenance.date}",
+        "generator": "cpu_host",
+        "params": {"ranks": ranks, "cores": profile.provenance.cores, "bandwidth_GBps": bandwidth_GBps,
+                   "latency_us": fit.alpha_s / 2 * 1e6},
+    }, "profile")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    world_size: int
+    step_time_s: float
+    speedup: float
+    record: dict[str, Any]
+
+
+def predict(profile: Profile, world_sizes: list[int], topology: Topology | None = None,
+            algorithm: str = "ring") -> list[Prediction]:
+    workload = profile_workload(profile)
+    sizes = sorted(set(world_sizes) | {1})
+    records: dict[int, dict[str, Any]] = {}
+    for w in sizes:
+        topo = topology if topology is not None else profile_topology(profile, max(sizes))
+        if w > len(topo.ranks):
+            raise UserInputError(f"{w} ranks asked but topology {topo.name!r} has {len(topo.ranks)}",
+                                 field="--world-sizes")
+        factor = sharing_factor(profile, w)
+        phases = workload.measured
+        assert phases is not None
+        scaled = phases.slowed(factor)
+        ddp = profile.provenance.mode == "ddp"
+        options = TrainingOptions(
+            overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=DDP_BUCKET_MiB,
+            first_bucket_MiB=DDP_FIRST_BUCKET_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
+        )
+        scenario = Scenario(name="predict", topology=topo.name, workload="calibrated", gpus=[w],
+                            algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
+                            steps=PREDICTED_STEPS if profile.fit.compute_cv > 0 else 5,
+                            options=options)
+        # the measured sharing factor already contains any oversubscription of the cores
+        unshared = _without_core_pools(topo)
+        records[w] = simulate_point(scenario, unshared, w, algorithm, workload=(workload, scaled))
+    t1 = records[1]["step_time_s"]
+    return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w])
+            for w in sorted(set(world_sizes))]
+
+
+def _without_core_pools(topo: Topology) -> Topology:
+    """The same machine with unlimited host cores (sharing is applied as measured)."""
+    nodes = dict(topo.nodes)
+    for name, spec in nodes.items():
+        if spec.kind == "host" and spec.cores is not None:
+            nodes[name] = spec.model_copy(update={"cores": None})
+        if spec.kind == "cpu" and spec.host is not None:
+            nodes[name] = spec.model_copy(update={"host": None})
+    return topo.replace(nodes=nodes)
+

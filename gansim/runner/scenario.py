@@ -1,0 +1,96 @@
+"""Scenarios: read and validate a scenario file, check every name it refers to, and expand
+its axes (the sweep) into the scenario each combination runs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from gansim.collectives.schedules import ALGORITHMS
+from gansim.core.config import Scenario, parse
+from gansim.core.errors import UserInputError
+from gansim.core.files import read_yaml, resolve_file
+from gansim.topology.graph import Topology, load_topology
+from gansim.training.workloads import scenario_workload
+
+# sweep axes that live under the scenario's `options:`
+OPTION_AXES = ("overlap", "gradient_dtype", "chunks")
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    scenario: Scenario
+    source: str  # the file it came from (or "<name>" for a shipped one)
+    base_dir: str  # relative paths inside it are taken from here
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
+        if not overrides:
+            return self.scenario
+        data = self.scenario.model_dump(exclude_none=False)
+        data.pop("sweep")
+        for axis, value in overrides.items():
+            if axis in OPTION_AXES:
+                data["options"] = {**data["options"], axis: value}
+            else:
+                data[axis] = value
+        try:
+            return parse(Scenario, data, self.source)
+        except UserInputError as err:
+            raise UserInputError(err.message, source=self.source, field=f"sweep.{err.field}") from None
+
+    def combinations(self) -> list[tuple[dict[str, Any], Scenario]]:
+        """Every sweep combination (its overrides) with the scenario it runs."""
+        return [(overrides, self.with_overrides(overrides)) for overrides in sweep_combinations(self.scenario)]
+
+    def topology(self, scenario: Scenario | None = None, field: str = "topology") -> Topology:
+        """The topology `scenario` (default: the scenario as written) names, as in its file."""
+        return topology_for((scenario or self.scenario).topology, self.base_dir, self.source, field)
+
+
+def read_scenario(name_or_path: str) -> LoadedScenario:
+    """A shipped scenario name or a YAML path, validated, with every name it refers to that
+    the simulation needs (algorithms, topologies, workloads) checked."""
+    path = resolve_file(name_or_path, "scenarios")
+    scenario: Scenario = parse(Scenario, read_yaml(path), str(path))
+    loaded = LoadedScenario(scenario, str(path), str(path.resolve().parent))
+    validate_references(loaded)
+    return loaded
+
+
+def validate_references(loaded: LoadedScenario) -> None:
+    """Check every name the scenario refers to before simulating anything."""
+    s, src = loaded.scenario, loaded.source
+    for i, name in enumerate(s.algorithms):
+        ALGORITHMS.get(name, source=src, field=f"algorithms[{i}]")
+    for overrides, scenario in loaded.combinations():
+        topo = loaded.topology(scenario, "sweep.topology" if "topology" in overrides else "topology")
+        if max(scenario.gpus) > len(topo.ranks):
+            raise UserInputError(
+                f"{max(scenario.gpus)} GPUs asked but topology {topo.name!r} has {len(topo.ranks)}",
+                source=src, field="gpus",
+            )
+        scenario_workload(scenario, source=src)
+
+
+def sweep_combinations(s: Scenario) -> list[dict[str, Any]]:
+    axes = list(s.sweep)
+    return [dict(zip(axes, values)) for values in itertools.product(*(s.sweep[a] for a in axes))]
+
+
+def _relative(value: str, base_dir: str) -> str:
+    candidate = Path(value)
+    if not candidate.is_absolute() and (base_dir and (Path(base_dir) / candidate).is_file()):
+        return str(Path(base_dir) / candidate)
+    return value
+
+
+@lru_cache(maxsize=32)
+def _load_topology_cached(path_or_name: str, source: str, field: str) -> Topology:
+    return load_topology(path_or_name, source=source, field=field)
+
+
+def topology_for(value: str, base_dir: str, source: str, field: str = "topology") -> Topology:
+    return _load_topology_cached(_relative(value, base_dir), source, field)

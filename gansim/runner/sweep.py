@@ -1,0 +1,165 @@
+"""A whole scenario: every run point (gpus x algorithms x sweep combinations, plus the
+1-GPU baselines), simulated serially or in parallel on any concurrent.futures executor,
+and assembled into the summary with speed-ups."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Executor, Future, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from gansim.core.errors import UserInputError
+from gansim.core.version import __version__
+from gansim.runner.point import PointHooks, RunRequest, run_one_detailed
+from gansim.runner.scenario import LoadedScenario
+from gansim.topology.graph import Topology
+
+# Reports draw a Gantt (and every run gets a trace) for at most this many featured runs
+# when a sweep is large: per algorithm, its largest GPU count, in the first few sweep
+# combinations.
+FEATURED_COMBINATIONS = 4
+AUTO_TRACE_LIMIT = 100
+TRACE_POLICIES = ("auto", "all", "featured", "none")
+
+
+@dataclass
+class ScenarioResult:
+    """A simulated scenario: the summary (summary.json), and per summary run the details
+    that came back from its worker (link utilisation; Gantt and trace where asked)."""
+
+    summary: dict[str, Any]
+    details: list[dict[str, Any]]
+    featured: list[int]  # indices into summary["runs"] the report draws a Gantt for
+    cpu_s: float = 0.0  # CPU seconds the workers spent simulating, all runs
+    wall_s: float = 0.0
+    topologies: dict[str, Topology] = field(default_factory=dict)  # by name, as in the files (unscaled)
+
+
+def run_requests(loaded: LoadedScenario, hooks: PointHooks = PointHooks()) -> list[RunRequest]:
+    s = loaded.scenario
+    requests = []
+    for overrides, scenario in loaded.combinations():
+        frozen = tuple(overrides.items())
+        for algorithm in s.algorithms:
+            for g in scenario.gpus:
+                requests.append(RunRequest(loaded, frozen, g, algorithm, hooks=hooks))
+        if 1 not in scenario.gpus:  # the baseline every speed-up is measured against
+            requests.append(RunRequest(loaded, frozen, 1, s.algorithms[0], hooks=hooks))
+    return requests
+
+
+def featured_requests(loaded: LoadedScenario, requests: list[RunRequest]) -> set[int]:
+    """Per algorithm, its largest GPU count, for the first FEATURED_COMBINATIONS sweep
+    combinations (indices into `requests`)."""
+    combos: list[tuple] = []
+    best: dict[tuple, int] = {}
+    for i, req in enumerate(requests):
+        if req.overrides not in combos:
+            combos.append(req.overrides)
+        if combos.index(req.overrides) >= FEATURED_COMBINATIONS:
+            continue
+        if req.gpus not in loaded.with_overrides(dict(req.overrides)).gpus:
+            continue  # an added baseline
+        key = (req.overrides, req.algorithm)
+        if key not in best or requests[best[key]].gpus < req.gpus:
+            best[key] = i
+    return set(best.values())
+
+
+def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
+                  progress: Callable[[int, int], None] | None = None, *, traces: str | None = "auto",
+                  hooks: PointHooks = PointHooks()) -> ScenarioResult:
+    """Simulate every run of the scenario (in parallel through `executor`, any
+    concurrent.futures executor) and assemble the summary. `traces` decides which runs
+    come back with a Gantt and a Chrome trace (made by `hooks.details`): "all", "featured"
+    (see featured_requests), "auto" (all up to AUTO_TRACE_LIMIT runs, else featured),
+    "none" (featured runs only, for the report's Gantt); None: no details at all."""
+    if traces is not None and traces not in TRACE_POLICIES:
+        raise UserInputError(f"unknown trace policy {traces!r}; allowed: {', '.join(TRACE_POLICIES)}",
+                             field="--traces")
+    wall = time.perf_counter()
+    requests = run_requests(loaded, hooks)
+    featured = featured_requests(loaded, requests) if traces is not None else set()
+    if traces is not None:
+        wanted_all = traces == "all" or (traces == "auto" and len(requests) <= AUTO_TRACE_LIMIT)
+        requests = [replace(r, detail="full" if (wanted_all or i in featured) else "links")
+                    for i, r in enumerate(requests)]
+    results = _map(executor, requests, progress)
+    records = [rec for rec, _ in results]
+    baseline: dict[tuple, dict[str, Any]] = {}
+    for req, rec in zip(requests, records):
+        if req.gpus == 1:
+            baseline.setdefault(req.overrides, rec)
+    runs = []
+    run_details: list[dict[str, Any]] = []
+    run_featured: list[int] = []
+    wanted = {(r.overrides, r.gpus, r.algorithm) for r in requests if r.gpus in loaded.with_overrides(dict(r.overrides)).gpus}
+    seen = set()
+    for i, (req, rec) in enumerate(zip(requests, records)):
+        key = (req.overrides, req.gpus, req.algorithm)
+        if key not in wanted or key in seen:
+            continue
+        seen.add(key)
+        base = baseline[req.overrides]
+        s = loaded.with_overrides(dict(req.overrides))
+        if rec["step_time_s"] and base["step_time_s"]:
+            ratio = base["step_time_s"] / rec["step_time_s"]
+            speedup: float | None = ratio * req.gpus if s.scaling == "weak" else ratio
+        else:
+            speedup = None  # out of memory here or at the 1-GPU baseline: no speed-up to give
+        ordered = {k: rec.get(k) for k in ("gpus", "algorithm", "cost_model", "topology", "workload", "scaling",
+                                            "per_gpu_batch", "step_time_s")}
+        ordered["speedup"] = speedup
+        ordered["efficiency"] = speedup / req.gpus if speedup is not None else None
+        ordered.update({k: v for k, v in rec.items() if k not in ordered})
+        if i in featured:
+            run_featured.append(len(runs))
+        runs.append(ordered)
+        details = results[i][1]
+        if traces == "none":
+            details.pop("trace", None)  # the Gantt of featured runs stays, for the report
+        run_details.append(details)
+    s = loaded.scenario
+    summary = {
+        "scenario": s.name,
+        "gansim_version": __version__,
+        "source": Path(loaded.source).name,
+        "sweep_axes": list(s.sweep),
+        "reference": s.reference.model_dump() if s.reference else None,
+        "runs": runs,
+    }
+    topologies: dict[str, Topology] = {}
+    if traces is not None:
+        for overrides in dict.fromkeys(r.overrides for r in requests):
+            topo = loaded.topology(loaded.with_overrides(dict(overrides)))
+            topologies.setdefault(topo.name, topo)
+    return ScenarioResult(summary, run_details, run_featured, cpu_s=sum(d.get("cpu_s", 0.0) for _, d in results),
+                          wall_s=time.perf_counter() - wall, topologies=topologies)
+
+
+def _map(executor: Executor | None, requests: list[RunRequest],
+         progress: Callable[[int, int], None] | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every request's (record, details), in request order; progress counts completions
+    in whatever order they come."""
+    total = len(requests)
+    if executor is None:
+        out = []
+        for i, req in enumerate(requests):
+            out.append(run_one_detailed(req))
+            if progress:
+                progress(i + 1, total)
+        return out
+    futures: dict[Future, int] = {executor.submit(run_one_detailed, req): i for i, req in enumerate(requests)}
+    results: list[Any] = [None] * total
+    try:
+        for done, fut in enumerate(as_completed(futures), start=1):
+            results[futures[fut]] = fut.result()
+            if progress:
+                progress(done, total)
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
+    return results

@@ -1,0 +1,460 @@
+"""Topology generators: a name plus validated parameters -> a topology dict.
+
+A topology is ``{"nodes": [...], "links": [...]}`` (see INTERFACES.md, "Topology file"):
+nodes carry ``id`` and ``kind`` (gpu | cpu | host | pcie_switch | nvswitch | nic | switch)
+plus attributes; links carry ``a``, ``b``, ``kind`` (pcie | nvlink | net | loopback),
+``bandwidth_GBps`` (per direction, 1e9 bytes/s; every link is full duplex) and
+``latency_us``. Ranks are the gpu/cpu nodes in the order listed, so every generator lists
+GPUs in rank order (gpu0, gpu1, ...; multi-node: all of node 0's GPUs before node 1's).
+Graphs are simple: two GPUs joined by k NVLink bricks are ONE link with k times the
+bandwidth.
+
+Default figures and where they come from
+-----------------------------------------
+Latencies are per link. They are order-of-magnitude figures that a calibration profile
+overrides; they follow NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc, 2020,
+``hwLat``), which charges per GPU-to-GPU hop 0.47-0.52 us over NVLink and 1.0 us over PCI
+for its low-latency protocol (and 3.4 / 5.7 us for the bulk "Simple" protocol):
+
+- a direct NVLink link: 0.5 us; a link to an NVSwitch: 0.25 us (a GPU -> NVSwitch -> GPU
+  route crosses two links, 0.5 us in all);
+- a PCIe link: 1.0 us;
+- a NIC <-> network-switch link: 1.0 us (GPU -> NIC -> switch -> NIC -> GPU is then 4 us;
+  NCCL charges 2.7 us (LL) to 9.6 us (Simple) per network step).
+
+Bandwidths: PCIe 3.0 x16 is 15.75 GB/s per direction in theory (8 GT/s x 16 lanes x
+128/130 / 8); bandwidthTest-style pinned copies reach ~12 GB/s (e.g. 12.15 GB/s H2D,
+12.89 GB/s D2H on a PCIe 3.0 x16 P100, mpicbg-scicomp/gearshifft PR #82, 2017), so PCIe 3.0
+defaults are the effective 12 GB/s. PCIe 4.0 x16 defaults to 24 GB/s, the figure NCCL's
+topology detection assigns to a Gen4 x16 link (``PCI[24.0]`` in the NCCL_DEBUG topology
+dump of an HGX A100, NVIDIA/nccl-tests issue #100, 2021); 31.5 GB/s in theory. NVLink
+figures are NVIDIA's per-direction signalling rates (theoretical): 25 GB/s per NVLink2
+brick (V100), 12 x 25 = 300 GB/s per A100 GPU (NVLink3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from gansim.core.errors import UserInputError
+from gansim.core.registry import Registry
+
+__all__ = ["Generator", "GENERATORS", "generate"]
+
+LinkKind = Literal["pcie", "nvlink", "net", "loopback"]
+
+
+@dataclass(frozen=True)
+class Generator:
+    params_model: type[pydantic.BaseModel]
+    build: Callable[[pydantic.BaseModel], dict]
+    description: str
+
+
+GENERATORS: Registry[Generator] = Registry("generator")
+
+
+def generate(name: str, params: dict | None, *, source: str | None = None) -> dict:
+    """Validate ``params`` for generator ``name`` and build the topology dict.
+
+    Unknown generator -> UserInputError(field="generator"); bad params -> UserInputError
+    whose field is ``params.<field>`` and whose message is pydantic's."""
+    gen = GENERATORS.get(name, source=source, field="generator")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise UserInputError(
+            f"must be a mapping of parameter names to values, got {type(params).__name__}",
+            source=source,
+            field="params",
+        )
+    try:
+        model = gen.params_model.model_validate(params)
+    except pydantic.ValidationError as err:
+        raise _user_error(err, source) from None
+    return gen.build(model)
+
+
+def _user_error(err: pydantic.ValidationError, source: str | None) -> UserInputError:
+    problems = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(part) for part in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "nested_params":  # an error inside multi_node's intra_params
+            loc, msg = f"{loc}.{e['ctx']['where']}", e["ctx"]["msg"]
+        problems.append((f"params.{loc}" if loc else "params", msg))
+    field, message = problems[0]
+    for other_field, other_message in problems[1:]:
+        message += f"; {other_field}: {other_message}"
+    return UserInputError(message, source=source, field=field)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Builder:
+    """Accumulates nodes and links; ``prefix`` namespaces ids (``n3.`` in multi_node)."""
+
+    def __init__(self, prefix: str = ""):
+        self.prefix = prefix
+        self.nodes: list[dict] = []
+        self.links: list[dict] = []
+
+    def node(self, name: str, kind: str, **attrs: Any) -> str:
+        node_id = self.prefix + name
+        self.nodes.append({"id": node_id, "kind": kind, **attrs})
+        return node_id
+
+    def gpu(self, name: str, p: Any) -> str:
+        return self.node(
+            name, "gpu", memory_GB=p.gpu_memory_GB, tflops=p.gpu_tflops, model=p.gpu_model
+        )
+
+    def link(self, a: str, b: str, kind: str, bandwidth_GBps: float, latency_us: float) -> None:
+        self.links.append(
+            {"a": a, "b": b, "kind": kind, "bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
+        )
+
+    def topology(self) -> dict:
+        return {"nodes": self.nodes, "links": self.links}
+
+
+# GPU figures used as defaults (fp32 peak TFLOP/s, memory in GB):
+# - GeForce GTX 1080 Ti: 11 GB, 11.34 TFLOPS (NVIDIA spec: 3584 CUDA cores x 1582 MHz boost x 2).
+# - Tesla V100 SXM2 16GB: 15.7 TFLOPS (NVIDIA Tesla V100 datasheet, 2017).
+# - A100 SXM4 40GB: 19.5 TFLOPS (NVIDIA A100 Tensor Core GPU datasheet, 2020).
+class _GTX1080Ti(_Params):
+    gpu_model: str = "GTX 1080 Ti"
+    gpu_tflops: float = Field(11.34, gt=0)
+    gpu_memory_GB: float = Field(11.0, gt=0)
+
+
+class _V100(_Params):
+    gpu_model: str = "Tesla V100-SXM2-16GB"
+    gpu_tflops: float = Field(15.7, gt=0)
+    gpu_memory_GB: float = Field(16.0, gt=0)
+
+
+class _A100(_Params):
+    gpu_model: str = "A100-SXM4-40GB"
+    gpu_tflops: float = Field(19.5, gt=0)
+    gpu_memory_GB: float = Field(40.0, gt=0)
+
+
+# --------------------------------------------------------------------------- pcie_tree
+
+
+class PcieTreeParams(_GTX1080Ti):
+    gpus: int = Field(4, ge=1)
+    gpus_per_switch: int = Field(
+        0, ge=0, description="GPUs per PCIe switch; 0 = every GPU directly on the host root complex"
+    )
+    pcie_bandwidth_GBps: float = Field(12.0, gt=0)
+    pcie_latency_us: float = Field(1.0, ge=0)
+    switch_uplink_bandwidth_GBps: float | None = Field(
+        None, gt=0, description="PCIe switch -> host link; default pcie_bandwidth_GBps"
+    )
+    host_cores: int = Field(16, ge=1)
+
+
+def _pcie_tree(p: PcieTreeParams, b: _Builder) -> list[str]:
+    gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
+    host = b.node("host", "host", cores=p.host_cores)
+    if p.gpus_per_switch == 0:
+        for g in gpus:
+            b.link(g, host, "pcie", p.pcie_bandwidth_GBps, p.pcie_latency_us)
+        return gpus
+    uplink = p.switch_uplink_bandwidth_GBps or p.pcie_bandwidth_GBps
+    for s, start in enumerate(range(0, p.gpus, p.gpus_per_switch)):
+        sw = b.node(f"pcie_sw{s}", "pcie_switch")
+        b.link(sw, host, "pcie", uplink, p.pcie_latency_us)
+        for g in gpus[start : start + p.gpus_per_switch]:
+            b.link(g, sw, "pcie", p.pcie_bandwidth_GBps, p.pcie_latency_us)
+    return gpus
+
+
+# --------------------------------------------------------------------------- ring
+
+
+class RingParams(_V100):
+    gpus: int = Field(8, ge=1)
+    bandwidth_GBps: float = Field(25.0, gt=0)
+    latency_us: float = Field(0.5, ge=0)
+    link_kind: LinkKind = "nvlink"
+
+
+def _ring(p: RingParams, b: _Builder) -> list[str]:
+    gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
+    n = len(gpus)
+    pairs = [(0, 1)] if n == 2 else ([(i, (i + 1) % n) for i in range(n)] if n > 2 else [])
+    for i, j in pairs:
+        b.link(gpus[i], gpus[j], p.link_kind, p.bandwidth_GBps, p.latency_us)
+    return gpus
+
+
+# --------------------------------------------------------------------------- switch
+
+
+class SwitchParams(_A100):
+    gpus: int = Field(8, ge=1)
+    bandwidth_GBps: float = Field(25.0, gt=0, description="each GPU's port, per direction")
+    latency_us: float = Field(1.0, ge=0)
+
+
+def _switch(p: SwitchParams, b: _Builder) -> list[str]:
+    gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
+    sw = b.node("switch", "switch")
+    for g in gpus:
+        b.link(g, sw, "net", p.bandwidth_GBps, p.latency_us)
+    return gpus
+
+
+# --------------------------------------------------------------------------- fully_connected
+
+
+class FullyConnectedParams(_V100):
+    gpus: int = Field(4, ge=1)
+    bandwidth_GBps: float = Field(25.0, gt=0, description="each pair's link, per direction")
+    latency_us: float = Field(0.5, ge=0)
+    link_kind: LinkKind = "nvlink"
+
+
+def _fully_connected(p: FullyConnectedParams, b: _Builder) -> list[str]:
+    gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
+    for i in range(len(gpus)):
+        for j in range(i + 1, len(gpus)):
+            b.link(gpus[i], gpus[j], p.link_kind, p.bandwidth_GBps, p.latency_us)
+    return gpus
+
+
+# --------------------------------------------------------------------------- nvswitch
+
+
+class NvswitchParams(_A100):
+    gpus: int = Field(8, ge=1)
+    # A100: 12 NVLink3 links x 25 GB/s = 300 GB/s per direction per GPU (NVIDIA A100 datasheet).
+    nvlink_bandwidth_GBps: float = Field(300.0, gt=0, description="per GPU to the NVSwitch, per direction")
+    nvlink_latency_us: float = Field(0.25, ge=0)
+    pcie_bandwidth_GBps: float = Field(24.0, gt=0, description="each GPU to the host")
+    pcie_latency_us: float = Field(1.0, ge=0)
+    # DGX A100: 2 x AMD EPYC 7742, 64 cores each (NVIDIA DGX A100 datasheet, 2020).
+    host_cores: int = Field(128, ge=1)
+
+
+def _nvswitch(p: NvswitchParams, b: _Builder) -> list[str]:
+    gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
+    nvs = b.node("nvswitch", "nvswitch")
+    host = b.node("host", "host", cores=p.host_cores)
+    for g in gpus:
+        b.link(g, nvs, "nvlink", p.nvlink_bandwidth_GBps, p.nvlink_latency_us)
+    for g in gpus:
+        b.link(g, host, "pcie", p.pcie_bandwidth_GBps, p.pcie_latency_us)
+    return gpus
+
+
+# --------------------------------------------------------------------------- dgx1
+
+# DGX-1 with V100 hybrid cube-mesh: NVLink bricks between each GPU pair.
+# NVIDIA, "NVIDIA DGX-1 With Tesla V100 System Architecture" white paper (WP-08437-002_v01,
+# 2017), sec. "DGX-1 NVLink Network Topology for Efficient Application Scaling": each V100
+# has six NVLink bricks at 25 GB/s per direction; the topology is a cube with GPUs at the
+# corners, all twelve edges connected (some with two NVLinks) plus the diagonals of two
+# faces -- i.e. two fully connected quads {0,1,2,3}, {4,5,6,7} and the cross links i <-> i+4.
+# Which pairs have two bricks (NVIDIA's GPU numbering, as `nvidia-smi topo -m` prints NV1/NV2):
+# GPU0-GPU3 and GPU0-GPU4 two, GPU0-GPU1 and GPU0-GPU2 one (Alibaba Cloud ACK docs,
+# "Overview of GPU topology-aware scheduling"); GPU1-GPU2 and GPU1-GPU5 two, GPU1-GPU3 one
+# (NCCL topology dump of a DGX-1V, NVIDIA/nccl issue #671, 2022). Six bricks per GPU then
+# leave two choices for GPU2/GPU3; the one below is the one whose multigraph is isomorphic
+# to Microsoft's `dgx1()` link matrix (microsoft/msccl-tools, sccl/topologies/nvidia.py,
+# another GPU numbering), in which only two of the four cross links are doubled. The tests
+# check the six bricks per GPU and the isomorphism.
+DGX1_NVLINK_BRICKS: dict[tuple[int, int], int] = {
+    (0, 1): 1, (0, 2): 1, (0, 3): 2, (1, 2): 2, (1, 3): 1, (2, 3): 2,  # quad 0
+    (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2, (5, 7): 1, (6, 7): 2,  # quad 1
+    (0, 4): 2, (1, 5): 2, (2, 6): 1, (3, 7): 1,  # cross links
+}  # fmt: skip
+
+
+class Dgx1Params(_V100):
+    nvlink_brick_bandwidth_GBps: float = Field(25.0, gt=0, description="one NVLink2 brick, per direction")
+    nvlink_latency_us: float = Field(0.5, ge=0)
+    pcie_bandwidth_GBps: float = Field(12.0, gt=0, description="PCIe 3.0 x16, GPU <-> switch <-> CPU")
+    pcie_latency_us: float = Field(1.0, ge=0)
+    # 2 x Xeon E5-2698 v4: two QPI links at 9.6 GT/s = 2 x 19.2 GB/s per direction (theoretical).
+    cpu_interconnect_bandwidth_GBps: float = Field(38.4, gt=0)
+    cpu_interconnect_latency_us: float = Field(1.0, ge=0)
+    cores_per_socket: int = Field(20, ge=1)
+
+
+def _dgx1(p: Dgx1Params, b: _Builder) -> list[str]:
+    gpus = [b.gpu(f"gpu{i}", p) for i in range(8)]
+    hosts = [b.node(f"host{s}", "host", cores=p.cores_per_socket) for s in range(2)]
+    for (i, j), bricks in DGX1_NVLINK_BRICKS.items():
+        b.link(gpus[i], gpus[j], "nvlink", bricks * p.nvlink_brick_bandwidth_GBps, p.nvlink_latency_us)
+    # Two GPUs per PCIe switch (PLX PEX8764 in the NCCL dump above), two switches per socket.
+    for s in range(4):
+        sw = b.node(f"pcie_sw{s}", "pcie_switch")
+        b.link(sw, hosts[s // 2], "pcie", p.pcie_bandwidth_GBps, p.pcie_latency_us)
+        for g in gpus[2 * s : 2 * s + 2]:
+            b.link(g, sw, "pcie", p.pcie_bandwidth_GBps, p.pcie_latency_us)
+    # QPI is not one of the four link kinds; it carries the PCIe traffic between the sockets.
+    b.link(hosts[0], hosts[1], "pcie", p.cpu_interconnect_bandwidth_GBps, p.cpu_interconnect_latency_us)
+    return gpus
+
+
+# --------------------------------------------------------------------------- multi_node
+
+_INTRA: dict[str, tuple[type[_Params], Callable[[Any, _Builder], list[str]]]] = {
+    "nvswitch": (NvswitchParams, _nvswitch),
+    "pcie_tree": (PcieTreeParams, _pcie_tree),
+    "fully_connected": (FullyConnectedParams, _fully_connected),
+    "dgx1": (Dgx1Params, _dgx1),
+}
+
+
+class MultiNodeParams(_Params):
+    nodes: int = Field(4, ge=1)
+    intra: Literal["nvswitch", "pcie_tree", "fully_connected", "dgx1"] = "nvswitch"
+    gpus_per_node: int = Field(8, ge=1, validate_default=True)
+    intra_params: dict[str, Any] = Field(
+        default_factory=dict,
+        validate_default=True,
+        description="parameters of the intra-node generator (its own defaults otherwise), minus gpus",
+    )
+    # One 200 Gb/s HDR InfiniBand NIC per GPU = 25 GB/s per direction (signalling rate).
+    nic_bandwidth_GBps: float = Field(25.0, gt=0)
+    nic_latency_us: float = Field(1.0, ge=0, description="each NIC <-> network-switch link")
+    nic_pcie_bandwidth_GBps: float = Field(24.0, gt=0, description="GPU <-> its NIC (GPUDirect RDMA)")
+    nic_pcie_latency_us: float = Field(1.0, ge=0)
+
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _dgx1_has_eight(cls, v: int, info: ValidationInfo) -> int:
+        if info.data.get("intra") == "dgx1" and v != 8:
+            raise PydanticCustomError(
+                "dgx1_gpus", "intra dgx1 has exactly 8 GPUs per node, not {n}", {"n": v}
+            )
+        return v
+
+    @field_validator("intra_params")
+    @classmethod
+    def _validate_intra(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        intra = info.data.get("intra")
+        gpus_per_node = info.data.get("gpus_per_node")
+        if intra is None or gpus_per_node is None:
+            return v  # already reported
+        if "gpus" in v:
+            raise PydanticCustomError(
+                "nested_params", "{where}: {msg}", {"where": "gpus", "msg": "set gpus_per_node instead"}
+            )
+        model, _ = _INTRA[intra]
+        data = dict(v) if intra == "dgx1" else {**v, "gpus": gpus_per_node}
+        try:
+            validated = model.model_validate(data)
+        except pydantic.ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"]) or "(all)"
+            raise PydanticCustomError(
+                "nested_params", "{where}: {msg}", {"where": where, "msg": first["msg"]}
+            ) from None
+        return validated.model_dump()
+
+
+def _multi_node(p: MultiNodeParams) -> dict:
+    model, build_intra = _INTRA[p.intra]
+    intra = model.model_validate(p.intra_params)
+    nodes: list[dict] = []
+    links: list[dict] = []
+    switch = "switch"
+    for n in range(p.nodes):
+        b = _Builder(prefix=f"n{n}.")
+        gpus = build_intra(intra, b)
+        hosts = [node["id"] for node in b.nodes if node["kind"] == "host"]
+        for k, g in enumerate(gpus):
+            nic = b.node(f"nic{k}", "nic")
+            b.link(g, nic, "pcie", p.nic_pcie_bandwidth_GBps, p.nic_pcie_latency_us)
+            b.link(nic, switch, "net", p.nic_bandwidth_GBps, p.nic_latency_us)
+            if hosts:
+                # the NIC also sits on the host's PCIe tree, so the host (a parameter server,
+                # a checkpoint writer) reaches other nodes without passing through a GPU
+                b.link(hosts[k * len(hosts) // len(gpus)], nic, "pcie", p.nic_pcie_bandwidth_GBps,
+                       p.nic_pcie_latency_us)
+        nodes.extend(b.nodes)
+        links.extend(b.links)
+    nodes.append({"id": switch, "kind": "switch"})
+    return {"nodes": nodes, "links": links}
+
+
+# --------------------------------------------------------------------------- cpu_host
+
+
+class CpuHostParams(_Params):
+    ranks: int = Field(2, ge=1)
+    cores: int = Field(2, ge=1)
+    # Placeholders: a calibration profile measured on the machine overrides both.
+    bandwidth_GBps: float = Field(5.0, gt=0, description="each rank <-> host loopback, per direction")
+    latency_us: float = Field(20.0, ge=0)
+
+
+def _cpu_host(p: CpuHostParams) -> dict:
+    b = _Builder()
+    ranks = [b.node(f"cpu{i}", "cpu", host="host", threads=1) for i in range(p.ranks)]
+    host = b.node("host", "host", cores=p.cores)
+    for r in ranks:
+        b.link(r, host, "loopback", p.bandwidth_GBps, p.latency_us)
+    return b.topology()
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def _single(fn: Callable[[Any, _Builder], list[str]]) -> Callable[[pydantic.BaseModel], dict]:
+    def build(params: pydantic.BaseModel) -> dict:
+        b = _Builder()
+        fn(params, b)
+        return b.topology()
+
+    build.__name__ = f"build{fn.__name__}"
+    return build
+
+
+for _name, _gen in {
+    "pcie_tree": Generator(
+        PcieTreeParams,
+        _single(_pcie_tree),
+        "GPUs on PCIe links to one host root complex, optionally grouped under PCIe switches",
+    ),
+    "ring": Generator(RingParams, _single(_ring), "GPUs in a ring: gpu i <-> gpu (i+1) mod p only"),
+    "switch": Generator(SwitchParams, _single(_switch), "GPUs on one non-blocking network switch"),
+    "fully_connected": Generator(
+        FullyConnectedParams, _single(_fully_connected), "a direct link between every pair of GPUs"
+    ),
+    "nvswitch": Generator(
+        NvswitchParams,
+        _single(_nvswitch),
+        "GPUs on one NVSwitch (DGX A100 style) plus a host with a PCIe link to each GPU",
+    ),
+    "dgx1": Generator(
+        Dgx1Params,
+        _single(_dgx1),
+        "DGX-1 (V100): 8 GPUs in the NVLink2 hybrid cube-mesh, 4 PCIe switches, 2 CPU sockets",
+    ),
+    "multi_node": Generator(
+        MultiNodeParams,
+        _multi_node,
+        "nodes of an intra-node topology, one NIC per GPU, all NICs on one non-blocking switch",
+    ),
+    "cpu_host": Generator(
+        CpuHostParams, _cpu_host, "CPU ranks on one host, each with a loopback link to it"
+    ),
+}.items():
+    GENERATORS.register(_name)(_gen)

@@ -1,0 +1,228 @@
+"""One simulated run: N ranks of a topology doing `steps` synchronous data-parallel
+steps of a workload (seed 002, Algorithms 1 and 2), built as a task graph and played on
+the flow network. Returns raw timings; gansim/runner/record.py turns them into figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from gansim.collectives.communicator import CollectiveSpan, Communicator
+from gansim.core.config import TrainingOptions
+from gansim.core.units import MiB
+from gansim.network.cluster import Cluster
+from gansim.network.engine import (
+    COMPUTE,
+    DATA,
+    DELAY,
+    FLOW,
+    OVERHEAD,
+    SYNC,
+    Execution,
+    FrozenGraph,
+    TaskGraph,
+    execute,
+)
+from gansim.training.memory import (
+    bytes_per_gradient_element,
+    memory_bandwidth_GBps,
+    quantize_seconds,
+    recompute_extra_forward,
+)
+from gansim.training.workloads import (
+    AllreduceWorkload,
+    GanWorkload,
+    StepPhases,
+    Workload,
+)
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """Everything one simulated run depends on (one point of a sweep)."""
+
+    gpus: int
+    algorithm: str
+    cost_model: str
+    per_gpu_batch: float
+    steps: int
+    options: TrainingOptions
+    seed: int = 0  # of the compute variability draws
+
+
+@dataclass
+class RunTimeline:
+    cluster: Cluster
+    graph: FrozenGraph
+    execution: Execution
+    spans: list[CollectiveSpan]
+    step_ends: np.ndarray  # per step: the task per rank that ends it, shape (steps, ranks)
+    steps: int
+    gradient_bytes_per_step: float
+
+
+def ddp_buckets(tensor_bytes: list[float], first_bucket: float, bucket: float) -> list[float]:
+    """PyTorch DDP's bucket assignment: tensors in gradient-ready order fill a bucket until
+    it reaches its cap (the first bucket's cap is small, so communication starts early)."""
+    buckets: list[float] = []
+    current = 0.0
+    cap = first_bucket
+    for size in tensor_bytes:
+        current += size
+        if current >= cap:
+            buckets.append(current)
+            current = 0.0
+            cap = bucket
+    if current > 0:
+        buckets.append(current)
+    return buckets
+
+
+class StepBuilder:
+    def __init__(self, cluster: Cluster, graph: TaskGraph, comm: Communicator, point: RunPoint):
+        self.cluster = cluster
+        self.graph = graph
+        self.comm = comm
+        self.point = point
+        self.ranks = np.arange(cluster.ranks)
+        bandwidths = [memory_bandwidth_GBps(cluster.topology.nodes[n].model) for n in cluster.rank_nodes]
+        self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
+        self.rng = np.random.default_rng(point.seed)
+
+    def variability(self) -> np.ndarray | float:
+        """Per-rank factors of one compute phase (lognormal, mean 1, cv compute_cv). One rank
+        waits for nobody, so it keeps the mean and the simulation stays exact."""
+        cv = self.point.options.compute_cv
+        if cv == 0 or self.cluster.ranks == 1:
+            return 1.0
+        sigma2 = np.log1p(cv * cv)
+        return self.rng.lognormal(-sigma2 / 2, np.sqrt(sigma2), self.cluster.ranks)
+
+    def compute(self, after: np.ndarray, seconds: float, label: str) -> np.ndarray:
+        amounts = seconds * self.variability() * self.cluster.work_scale
+        tasks = self.graph.add(FLOW, self.cluster.compute_route, amounts, self.ranks, COMPUTE, label)
+        self.graph.depend(after, tasks)
+        return tasks
+
+    def join(self, *before: np.ndarray, label: str) -> np.ndarray:
+        tasks = self.graph.add(DELAY, -1, 0.0, self.ranks, SYNC, label, count=self.ranks.size)
+        for b in before:
+            self.graph.depend(b, tasks)
+        return tasks
+
+    def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        """An all-reduce of gradients, compressed to the wire dtype before and expanded after
+        (memory-bound kernels on the device) when the dtype is not fp32."""
+        squeeze = self.quantize_s(nbytes) / 2
+        if squeeze > 0:
+            entry = self.compute(entry, squeeze, f"{label}: compress")
+        done = self.comm.allreduce(entry, nbytes, label)
+        return self.compute(done, squeeze, f"{label}: expand") if squeeze > 0 else done
+
+    def quantize_s(self, wire_bytes: float) -> float:
+        dtype = self.point.options.gradient_dtype
+        if dtype == "fp32" or self.bandwidth_GBps is None:
+            return 0.0  # nothing to do, or a device whose memory bandwidth is unknown
+        return quantize_seconds(wire_bytes / bytes_per_gradient_element(dtype), dtype, self.bandwidth_GBps)
+
+    def network_step(self, after: np.ndarray, net: str, forward: float, backward: float, optimizer: float,
+                     tensors: tuple[int, ...], bytes_per_param: float, recompute: float = 0.0,
+                     buffers: tuple[tuple[str, float], ...] = ()) -> np.ndarray:
+        """One network's forward, backward (with its gradient all-reduce) and optimizer;
+        `buffers` (network, bytes) are broadcast from rank 0 first (DDP's broadcast_buffers)."""
+        opts = self.point.options
+        if opts.broadcast_buffers and self.cluster.ranks > 1:
+            for owner, nbytes in buffers:
+                if nbytes > 0:
+                    after = self.comm.broadcast(after, nbytes, f"{owner} buffers broadcast")
+        done_forward = self.compute(after, forward, f"{net} forward")
+        if recompute > 0:  # activation checkpointing: the forward again, inside backward
+            done_forward = self.compute(done_forward, recompute, f"{net} recompute")
+        grad_bytes = [t * bytes_per_param for t in tensors]
+        total = sum(grad_bytes)
+        if self.cluster.ranks == 1:
+            done_backward = self.compute(done_forward, backward, f"{net} backward")
+            ready = done_backward
+        elif not opts.overlap:
+            done_backward = self.compute(done_forward, backward, f"{net} backward")
+            ready = self.allreduce(done_backward, total, f"{net} all-reduce")
+        else:
+            buckets = ddp_buckets(grad_bytes, opts.first_bucket_MiB * MiB, opts.bucket_MiB * MiB)
+            piece_done = done_forward
+            comm_done: np.ndarray | None = None
+            for i, size in enumerate(buckets):
+                piece_done = self.compute(piece_done, backward * size / total, f"{net} backward (bucket {i})")
+                entry = piece_done if comm_done is None else self.join(piece_done, comm_done,
+                                                                       label=f"{net} bucket {i} ready")
+                comm_done = self.allreduce(entry, size, f"{net} all-reduce (bucket {i})")
+            assert comm_done is not None
+            ready = self.join(piece_done, comm_done, label=f"{net} gradients ready")
+        return self.compute(ready, optimizer, f"{net} optimizer")
+
+    def gan_step(self, after: np.ndarray, workload: GanWorkload, phases: StepPhases) -> np.ndarray:
+        opts = self.point.options
+        graph, cluster = self.graph, self.cluster
+        if opts.host_overhead_per_replica_s > 0:
+            overhead = graph.add(DELAY, -1, opts.host_overhead_per_replica_s * cluster.ranks, self.ranks, OVERHEAD,
+                                 "host overhead", count=cluster.ranks)
+            graph.depend(after, overhead)
+            after = overhead
+        prep = graph.add(FLOW, cluster.loader_route, phases.data_host_s * cluster.loader_scale, self.ranks, DATA,
+                         "data: host prep")
+        graph.depend(after, prep)
+        h2d_routes = np.array([cluster.h2d_route(r) for r in range(cluster.ranks)], dtype=np.int64)
+        if (h2d_routes >= 0).all() and phases.sample_bytes > 0:
+            copy = graph.add(FLOW, h2d_routes, phases.sample_bytes * phases.batch, self.ranks, DATA,
+                             "data: host-to-device")
+            graph.depend(prep, copy)
+            after = copy
+        else:
+            after = prep
+        bytes_per_param = wire_bytes_per_param(workload, opts)
+        d_again, g_again = recompute_extra_forward(phases) if opts.recompute else (0.0, 0.0)
+        # DDP broadcasts a network's buffers once per step (see TrainingOptions.broadcast_buffers):
+        # G's at the D step, where its forward makes the fakes, D's at its first D step
+        once = (("G", float(workload.g_buffer_bytes)), ("D", float(workload.d_buffer_bytes)))
+        for k in range(workload.d_steps_per_g_step):
+            after = self.network_step(after, "D", phases.d_forward_s, phases.d_backward_s, phases.d_optimizer_s,
+                                      workload.d_param_tensors, bytes_per_param, d_again, once if k == 0 else ())
+        return self.network_step(after, "G", phases.g_forward_s, phases.g_backward_s, phases.g_optimizer_s,
+                                 workload.g_param_tensors, bytes_per_param, g_again)
+
+
+def wire_bytes_per_param(workload: GanWorkload, options: TrainingOptions) -> float:
+    """Gradient bytes per parameter on the wire: the workload's element size, scaled to the
+    all-reduce dtype (fp16 halves it, int8 quarters it)."""
+    return workload.bytes_per_param * bytes_per_gradient_element(options.gradient_dtype) / 4
+
+
+def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
+             gamma_s_per_byte: float) -> RunTimeline:
+    """Build and play the run. `cluster_factory(env)` makes the machine in a fresh env."""
+    env = simpy.Environment()
+    cluster: Cluster = cluster_factory(env)
+    graph = TaskGraph()
+    element_bytes = bytes_per_gradient_element(point.options.gradient_dtype)
+    comm = Communicator(cluster, graph, point.algorithm, point.cost_model, chunks=point.options.chunks,
+                        gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes)
+    builder = StepBuilder(cluster, graph, comm, point)
+    after = np.full(cluster.ranks, -1, dtype=np.int64)
+    step_ends = []
+    if isinstance(workload, AllreduceWorkload):
+        grad_bytes = float(workload.nbytes)
+        for _ in range(point.steps):
+            after = comm.allreduce(after, grad_bytes, "all-reduce") if cluster.ranks > 1 else builder.join(
+                after, label="all-reduce (one rank)")
+            step_ends.append(after)
+    else:
+        assert phases is not None
+        params_per_step = workload.d_params * workload.d_steps_per_g_step + workload.g_params
+        grad_bytes = wire_bytes_per_param(workload, point.options) * params_per_step
+        for _ in range(point.steps):
+            after = builder.gan_step(after, workload, phases)
+            step_ends.append(after)
+    frozen = graph.freeze()
+    execution = execute(frozen, env, cluster.network)
+    return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes)
