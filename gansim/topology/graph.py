@@ -12,6 +12,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from gansim.core import limits
 from gansim.core.config import LinkSpec, NodeSpec, TopologyFile, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
@@ -249,11 +250,18 @@ def topology_from_dict(data: dict[str, Any], source: str) -> Topology:
     spec: TopologyFile = parse(TopologyFile, data, source)
     if spec.generator is not None:
         built = generate(spec.generator, spec.params, source=source)
-        nodes = [parse(NodeSpec, n, source) for n in built["nodes"]]
-        links = [parse(LinkSpec, link, source) for link in built["links"]]
+        try:
+            nodes = [parse(NodeSpec, n, f"nodes[{i}]") for i, n in enumerate(built["nodes"])]
+            links = [parse(LinkSpec, link, f"links[{i}]") for i, link in enumerate(built["links"])]
+        except UserInputError as err:  # a figure derived from the parameters (bricks x bandwidth)
+            raise UserInputError(f"generator {spec.generator!r} builds {err.source}.{err.field} out of range: "
+                                 f"{err.message}", source=source, field="params") from None
     else:
         assert spec.nodes is not None and spec.links is not None
         nodes, links = spec.nodes, spec.links
+        limits.RANKS.check(sum(1 for n in nodes if n.kind in RANK_KINDS), source=source, field="nodes")
+        limits.TOPOLOGY_NODES.check(len(nodes), source=source, field="nodes")
+        limits.TOPOLOGY_LINKS.check(len(links), source=source, field="links")
     return Topology.from_specs(spec, nodes, links, source)
 
 
