@@ -6,9 +6,19 @@ import argparse
 import sys
 from typing import Callable, NoReturn
 
+from gansim.core import limits
 from gansim.core.errors import UserInputError
+from gansim.outputs.results import SIMULATE_OUTPUTS
+from gansim.outputs.validation import VALIDATION_OUTPUTS
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+# The single files `plan --out` and `topology show --out` write
+PLAN_OUTPUT, TOPOLOGY_OUTPUT = "plan.json", "topology.html"
+# What gansim's commands write into an --out folder: simulate and validate replace theirs as a
+# whole and keep the others' (gansim.core.files.replaced_dir); anything else there is not theirs
+# to replace
+KNOWN_OUTPUTS = frozenset(SIMULATE_OUTPUTS + VALIDATION_OUTPUTS + (PLAN_OUTPUT, TOPOLOGY_OUTPUT))
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -21,23 +31,33 @@ class OneLineParser(argparse.ArgumentParser):
 
 def positive_int(flag: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise UserInputError(f"expected a whole number >= 1, got {text!r}", field=flag) from None
-        if value < 1:
-            raise UserInputError(f"expected a whole number >= 1, got {value}", field=flag)
-        return value
+        return whole_number(text, flag)
 
     return parse
 
 
+def whole_number(text: str, flag: str, *, minimum: int = 1, maximum: int = 10**9) -> int:
+    """A flag's whole number in [minimum, maximum] (digits only: no 1e3, no 2.0, no true)."""
+    stripped = str(text).strip()
+    digits = stripped.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
+        raise UserInputError(f"expected a whole number >= {minimum}, got {text!r}", field=flag)
+    value = int(stripped)
+    if value < minimum:
+        raise UserInputError(f"expected a whole number >= {minimum}, got {value}", field=flag)
+    if value > maximum:
+        raise UserInputError(f"expected a whole number <= {maximum:,}, got {value:,}", field=flag)
+    return value
+
+
 def positive_int_list(text: str, flag: str) -> list[int]:
-    """A CLI list of counts such as `--world-sizes 1,2,4`: sorted, distinct, each >= 1."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserInputError(f"expected comma-separated whole numbers, got {text!r}", field=flag) from None
-    if not values or min(values) < 1:
-        raise UserInputError(f"expected whole numbers >= 1, got {text!r}", field=flag)
-    return sorted(set(values))
+    """A CLI list of counts such as `--world-sizes 1,2,4`: comma-separated whole numbers
+    >= 1, each once, each within the rank limit; sorted."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if not parts or any(not part for part in parts):
+        raise UserInputError(f"expected comma-separated whole numbers such as 1,2,4, got {text!r}", field=flag)
+    values = [whole_number(part, flag, maximum=2**63) for part in parts]
+    if len(set(values)) != len(values):
+        raise UserInputError(f"{text!r} repeats a value", field=flag)
+    limits.RANKS.check(max(values), field=flag)
+    return sorted(values)

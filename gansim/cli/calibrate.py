@@ -14,6 +14,8 @@ import sys
 from typing import Any
 
 from gansim.calibration.run_config import CalibrationError, RunConfig
+from gansim.cli.args import positive_int_list, whole_number
+from gansim.core import limits
 from gansim.core.errors import UserInputError
 
 INSTALL_HINT = "pip install 'gansim[calibrate]' torch==2.13.0"
@@ -77,15 +79,11 @@ def register(subparsers: Any) -> None:
 
 
 # --------------------------------------------------------------------------- validation
-def _int(value, flag: str, *, minimum: int) -> int:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise UserInputError(f"{value!r} is not an integer; allowed: an integer >= {minimum}",
-                             field=flag) from None
-    if n < minimum:
-        raise UserInputError(f"{n} is too small; allowed: an integer >= {minimum}", field=flag)
-    return n
+def _int(value, flag: str, *, minimum: int, maximum: int = 10**9) -> int:
+    return whole_number(value, flag, minimum=minimum, maximum=maximum)
+
+
+MAX_TIMEOUT_S = 1e6
 
 
 def _float(value, flag: str) -> float:
@@ -94,29 +92,18 @@ def _float(value, flag: str) -> float:
     except ValueError:
         raise UserInputError(f"{value!r} is not a number; allowed: seconds > 0",
                              field=flag) from None
-    if not (x > 0) or x != x or x == float("inf"):
-        raise UserInputError(f"{value!r}: allowed: a finite number of seconds > 0", field=flag)
+    if not 0 < x <= MAX_TIMEOUT_S:  # also NaN and infinity
+        raise UserInputError(f"{value!r}: allowed: a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}", field=flag)
     return x
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in str(text).split(",")]
-    if not parts or any(not p for p in parts):
-        raise UserInputError(f"{text!r}: allowed: comma-separated positive integers, e.g. 1,2",
-                             field="--world-sizes")
-    sizes = []
-    for p in parts:
-        if not p.isdigit() or int(p) < 1:
-            raise UserInputError(f"{p!r} is not a positive integer; allowed: comma-separated "
-                                 "positive integers, e.g. 1,2", field="--world-sizes")
-        sizes.append(int(p))
-    if len(set(sizes)) != len(sizes):
-        raise UserInputError(f"{text!r} repeats a world size", field="--world-sizes")
+    sizes = positive_int_list(text, "--world-sizes")
     if max(sizes) < 2:
         raise UserInputError(
             f"{text!r}: needs at least one world size >= 2 (the all-reduce sweep that fits "
             "alpha and beta runs there)", field="--world-sizes")
-    return tuple(sorted(sizes))
+    return tuple(sizes)
 
 
 def parse_size(text: str, flag: str = "--sizes") -> int:
@@ -180,9 +167,10 @@ def validate_args(args) -> dict:
         "timeout_s": _float(args.timeout_s, "--timeout-s"),
         "sweep_sizes": parse_sizes(args.sizes),
         "sweep_iters": _int(args.sweep_iters, "--sweep-iters", minimum=0),
-        "d_steps": _int(args.d_steps, "--d-steps", minimum=1),
-        "seed": _int(args.seed, "--seed", minimum=0),
+        "d_steps": _int(args.d_steps, "--d-steps", minimum=1, maximum=2**63),
+        "seed": _int(args.seed, "--seed", minimum=0, maximum=2**63 - 1),
     }
+    limits.D_STEPS.check(values["d_steps"], field="--d-steps")
     if values["backend"] not in ("gloo", "nccl"):
         raise UserInputError(f"{values['backend']!r}; allowed: gloo, nccl", field="--backend")
     if values["mode"] not in ("ddp", "flat"):
@@ -203,6 +191,8 @@ def _check_torch_side(values: dict) -> None:
     from gansim.calibration.launch import launched_by_torchrun
     from gansim.calibration.models import check_model_shapes
 
+    if not launched_by_torchrun():  # every rank is a process on this machine
+        limits.WORKERS.check(max(values["world_sizes"]), field="--world-sizes")
     if values["backend"] == "nccl":
         if not torch.cuda.is_available():
             raise UserInputError("nccl needs CUDA GPUs and this torch sees none "

@@ -12,7 +12,7 @@ import sys
 
 from gansim.cli import calibrate, plan, profiles, simulate, topology
 from gansim.cli.args import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineParser
-from gansim.core.errors import UserInputError
+from gansim.core.errors import OutputError, UserInputError
 from gansim.core.version import __version__
 
 COMMANDS = (simulate, profiles, topology, calibrate, plan)
@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"gansim: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OutputError as err:
+        print(f"gansim: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("gansim: interrupted", file=sys.stderr)
         return 130

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, positive_int_list
+from gansim.cli.args import EXIT_OK, KNOWN_OUTPUTS, positive_int_list
+from gansim.core.files import check_output_dir, replaced_dir
+from gansim.outputs.validation import VALIDATION_OUTPUTS
 
 
 def register(sub: Any) -> None:
@@ -37,9 +39,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from gansim.prediction.calibrated import predict
     from gansim.topology.graph import load_topology
 
+    world_sizes = positive_int_list(args.world_sizes, "--world-sizes")
     profile = load_profile(args.profile)
     topology = load_topology(args.topology, field="--topology") if args.topology else None
-    predictions = predict(profile, positive_int_list(args.world_sizes, "--world-sizes"), topology)
+    predictions = predict(profile, world_sizes, topology)
     result = {"profile": args.profile, "predictions": [
         {"world_size": p.world_size, "step_time_s": p.step_time_s, "speedup": p.speedup,
          "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"]} for p in predictions]}
@@ -61,10 +64,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from gansim.outputs.validation import write_validation
     from gansim.prediction.validation import validate
 
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
+    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     profile = load_profile(args.profile)
     report = validate(profile)
-    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
-    written = write_validation(out_dir, report, source=args.profile)
+    with replaced_dir(out_dir, VALIDATION_OUTPUTS) as stage:
+        written = [out_dir / path.relative_to(stage) for path in write_validation(stage, report, source=args.profile)]
     human = sys.stderr if args.json else sys.stdout
     print(report.table(), file=human)
     for path in written:

@@ -88,6 +88,8 @@ def table(summary: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- per-run outputs
 TRACE_DIR = "traces"
 _TRACE_PREFIX = "run-"
+# everything write_run_outputs writes into its folder
+SIMULATE_OUTPUTS = ("summary.json", "summary.csv", "report.html", "details.json", TRACE_DIR)
 
 
 def _slug(text: str) -> str:
