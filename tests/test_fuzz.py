@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from gansim.cli.main import main
+from gansim.core import limits
 from gansim.core.errors import UserInputError
 from gansim.topology.generators import GENERATORS
 from gansim.whatif.catalog import load_catalog_from
@@ -293,6 +294,8 @@ def limit_cases() -> Iterator[Case]:
     ):
         yield Case(f"limit-topology-{name}", ["topology", "show", "{dir}/t.yaml"],
                    {"t.yaml": {"name": "t", "generator": generator, "params": params}}, env, "GANSIM_MAX_")
+    yield Case("limit-tasks", ["predict", "--profile", "{profile}", "--world-sizes", "1,64"], {},
+               {"GANSIM_MAX_TASKS": "100000"}, "GANSIM_MAX_TASKS")
     yield Case("limit-explicit-topology", ["topology", "show", "{dir}/t.yaml"], {"t.yaml": BOX},
                {"GANSIM_MAX_RANKS": "1"}, "GANSIM_MAX_RANKS")
     yield Case("limit-yaml-nodes", ["simulate", "{dir}/s.yaml"], {"s.yaml": GOOD}, {"GANSIM_MAX_YAML_NODES": "10"},
@@ -347,9 +350,10 @@ def output_cases() -> Iterator[Case]:
         yield Case(f"out-is-a-file-{name}", argv + ["--out", "{dir}/file"], {"file": b"x"}, expect="--out")
         yield Case(f"out-below-a-file-{name}", argv + ["--out", "{dir}/file/sub"], {"file": b"x"},
                    expect="not a directory")
-        yield Case(f"out-is-cwd-{name}", argv + ["--out", "."], cwd=True, expect="current folder")
-        yield Case(f"out-is-root-{name}", argv + ["--out", "/"], expect="--out")
     for name, argv in (("simulate", ["simulate", "{good}"]), ("validate", ["validate", "--profile", "{profile}"])):
+        yield Case(f"out-is-cwd-{name}", argv + ["--out", "."], cwd=True, expect="current folder")
+        yield Case(f"out-is-above-cwd-{name}", argv + ["--out", ".."], cwd=True, expect="current folder")
+        yield Case(f"out-is-root-{name}", argv + ["--out", "/"], expect="--out")
         yield Case(f"out-holds-other-folders-{name}", argv + ["--out", "{dir}"], {"mine/notes.txt": b"x"},
                    expect="folders gansim did not write")
 
@@ -417,6 +421,12 @@ def assert_one_line_exit_2(code: int, err: str, elapsed: float) -> str:
 
 def test_there_are_enough_generated_cases():
     assert len(CASES) >= 150
+
+
+def test_every_limit_is_stated_in_the_readme():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for limit in limits.ALL:
+        assert f"| `{limit.variable}` | " in readme, limit.variable
 
 
 def test_the_good_scenario_and_profile_pass(arena):
@@ -599,6 +609,16 @@ def test_a_new_run_replaces_its_results_and_keeps_the_users_files(earlier, capsy
     assert after["notes.txt"] == before["notes.txt"] and after["summary.json"] != before["summary.json"]
     old_traces = {k for k in before if k.startswith("traces/")}
     assert old_traces and not old_traces & set(after) and no_leftovers(out)  # the sweep's traces only
+
+
+def test_without_an_atomic_exchange_two_renames_replace_the_folder(earlier, monkeypatch, capsys):
+    scenario, out, before = earlier  # file systems without renameat2's RENAME_EXCHANGE
+    monkeypatch.setattr("gansim.core.files._exchange", lambda a, b: False)
+    write_files(scenario.parent, {"good.yaml": {**GOOD, "steps": 3}})
+    assert run_cli(["simulate", str(scenario), "--out", str(out)]) == 0
+    after = contents(out)
+    assert after["notes.txt"] == before["notes.txt"] and after["summary.json"] != before["summary.json"]
+    assert no_leftovers(out)
 
 
 def test_a_failed_run_keeps_its_earlier_traces_unmixed(earlier, monkeypatch, capsys):

@@ -274,20 +274,20 @@ def folder_name(name: str) -> str:
 
 
 def check_output_dir(path: Path, *, field: str = "--out", known: Collection[str] | None = None) -> None:
-    """Before any work: `path` is a folder or does not exist yet, the nearest existing folder
-    above it is writable (results are written beside it, then moved into place), and it is
-    not the current folder or one of its parents. With `known` (the names gansim's commands
-    write), an existing folder must hold no other folder: the folder is replaced as a whole,
-    and what else it holds is carried into the new one (replaced_dir), files by a hard link
-    each, but a tree of someone else's is not gansim's to copy."""
+    """Before any work: `path` is a folder or does not exist yet, and the nearest existing
+    folder above it is writable (results are written beside it, then moved into place).
+    With `known` (the names gansim's commands write), the folder will be replaced as a whole
+    (replaced_dir): it must not be the current folder, one above it or a mount point, and
+    must hold no other folder: what else it holds is carried into the new one, files by a
+    hard link each, but a tree of someone else's is not gansim's to copy."""
     where = str(path)
     if path.exists() and not path.is_dir():
         raise UserInputError("exists and is not a directory", source=where, field=field)
     target = path.resolve()
-    if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
-        raise UserInputError("is the current folder or one above it; give a folder for the results",
-                             source=where, field=field)
-    if path.is_dir() and os.path.ismount(target):
+    if known is not None and (target == Path.cwd().resolve() or target in Path.cwd().resolve().parents):
+        raise UserInputError("is the current folder or one above it, which cannot be replaced; give a folder "
+                             "for the results", source=where, field=field)
+    if known is not None and path.is_dir() and os.path.ismount(target):
         raise UserInputError("is a mount point, which cannot be replaced; give a folder inside it",
                              source=where, field=field)
     above = target.parent

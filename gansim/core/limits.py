@@ -68,10 +68,13 @@ TOPOLOGY_LINKS = Limit("topology_links", 1_000_000, "links in a topology")
 STEPS = Limit("steps", 100_000, "simulated steps in one run (training steps x discriminator steps per generator step)")
 D_STEPS = Limit("d_steps", 1_000, "discriminator steps per generator step")
 SEGMENTS = Limit("segments", 100_000, "whole-run segments (checkpoint intervals; epochs of a dynamic allocation)")
+# about 220 bytes of memory each while a run is built and played: 20 M tasks are about 4.5 GB
+TASKS = Limit("tasks", 20_000_000, "tasks in one run's task graph (a p-rank ring all-reduce has 2p(p-1) "
+                                    "transfers; fewer GPUs, steps, chunks or buckets make fewer)")
 WORKERS = Limit("workers", 64, "worker processes")
 YAML_BYTES = Limit("yaml_bytes", 8 * 1024 * 1024, "bytes in one YAML file")
 YAML_DEPTH = Limit("yaml_depth", 64, "levels of nesting in one YAML file")
 YAML_NODES = Limit("yaml_nodes", 1_000_000, "values in one YAML file once its aliases are expanded")
 
-ALL = (RUNS, RANKS, TOPOLOGY_NODES, TOPOLOGY_LINKS, STEPS, D_STEPS, SEGMENTS, WORKERS, YAML_BYTES, YAML_DEPTH,
+ALL = (RUNS, RANKS, TOPOLOGY_NODES, TOPOLOGY_LINKS, STEPS, D_STEPS, SEGMENTS, TASKS, WORKERS, YAML_BYTES, YAML_DEPTH,
        YAML_NODES)
