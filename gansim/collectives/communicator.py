@@ -16,6 +16,7 @@ from gansim.collectives.closed_forms import (
     paper_allreduce_time,
 )
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
+from gansim.collectives.uncontended import UncontendedPlay
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
@@ -37,6 +38,7 @@ class CollectiveSpan:
     entry: np.ndarray  # per rank: the task after which the rank joins (-1: from the start)
     exit: np.ndarray  # per rank: the task whose end is the rank leaving the collective
     transfers: tuple[int, int] = (0, 0)  # task id range of its transfers (flow model)
+    play: UncontendedPlay | None = None  # when it was played without the flow network
 
 
 @dataclass
@@ -48,15 +50,22 @@ class Communicator:
     chunks: int = 1
     gamma_s_per_byte: float = 0.0
     element_bytes: int = 4
+    # all-reduces of at least this many transfers that nothing contends with are played
+    # by gansim/collectives/uncontended.py (None: never), keeping their first
+    # `keep_transfers` transfers for the run's details
+    uncontended_min_transfers: int | None = None
+    keep_transfers: int = 0
     spans: list[CollectiveSpan] = field(default_factory=list)
+    _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
         """Add an all-reduce of `nbytes` per rank that each rank joins after its `entry`
         task; return, per rank, the task at whose end that rank has the sum."""
         model = COST_MODELS.get(self.cost_model, field="cost_model")
         before = self.graph.size
+        self._play = None
         exits = model(self, entry, nbytes, label)
-        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size), self._play))
         return exits
 
     def broadcast(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
@@ -131,7 +140,31 @@ def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str)
     """Play the all-reduce algorithm's schedule on the network (see play_schedule)."""
     count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
     groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
-    return play_schedule(comm, entry, _schedule(comm.algorithm, comm.cluster.ranks, count, groups), nbytes, label)
+    schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
+    if (comm.uncontended_min_transfers is not None and comm.chunks == 1
+            and schedule.transfers() >= comm.uncontended_min_transfers):
+        play = UncontendedPlay.build(comm.cluster, schedule, _participants(comm.cluster, schedule), nbytes,
+                                     comm.gamma_s_per_byte, entry, comm.keep_transfers)
+        if play is not None:
+            comm._play = play
+            return play_uncontended(comm, entry, play, label)
+    return play_schedule(comm, entry, schedule, nbytes, label)
+
+
+def play_uncontended(comm: Communicator, entry: np.ndarray, play: UncontendedPlay, label: str) -> np.ndarray:
+    """The collective as one task per rank, whose end the play computes once every rank
+    has joined (every rank of an all-reduce leaves after the last one joined)."""
+    graph = comm.graph
+    p = comm.cluster.ranks
+    joined = graph.add(DELAY, -1, 0.0, -1, SYNC, f"{label}: all joined", count=1)
+    graph.depend(entry, np.repeat(joined, entry.size))
+    exits = graph.add_solved(np.arange(p), COMMUNICATION, f"{label}: uncontended", play.solve)
+    graph.depend(np.repeat(joined, p), exits)
+    return exits
+
+
+def _participants(cluster: Cluster, schedule: Schedule) -> tuple[str, ...]:
+    return tuple(cluster.rank_nodes) + tuple(_extra_node(cluster, name) for name in schedule.extra_participants)
 
 
 def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nbytes: float,
@@ -143,9 +176,7 @@ def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nby
     cluster, graph = comm.cluster, comm.graph
     p = cluster.ranks
     count = schedule.count
-    participants = tuple(cluster.rank_nodes) + tuple(
-        _extra_node(cluster, name) for name in schedule.extra_participants
-    )
+    participants = _participants(cluster, schedule)
     n_part = len(participants)
     is_rank = np.arange(n_part) < p
     bytes_per_element = nbytes / count / comm.chunks

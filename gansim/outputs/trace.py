@@ -196,9 +196,8 @@ def link_intervals(timeline: RunTimeline, until: float) -> tuple[np.ndarray, ...
 def link_utilisation(timeline: RunTimeline) -> list[float]:
     """Average utilisation of every directed link of the topology over the run, in the
     topology's link order (0 for links nothing crossed)."""
-    net, g = timeline.cluster.network, timeline.graph
-    flows = g.kind == FLOW
-    carried = net.carried_per_resource(g.route[flows], g.amount[flows])
+    net = timeline.cluster.network
+    carried = timeline.carried_per_resource()
     links = timeline.cluster.topology.num_links
     makespan = timeline.execution.makespan
     capacity = net.capacity[:links]

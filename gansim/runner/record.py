@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gansim.collectives.closed_forms import algbw, busbw
-from gansim.network.engine import COMPUTE, DATA, FLOW
+from gansim.network.engine import COMPUTE, DATA
 from gansim.training.step import RunTimeline
 from gansim.training.workloads import AllreduceWorkload, Workload
 
@@ -77,9 +77,7 @@ def utilisation(timeline: RunTimeline) -> tuple[list[dict[str, Any]], dict[str, 
     """Every used resource's average utilisation over the run, busiest first, and the
     bottleneck (the busiest one)."""
     net = timeline.cluster.network
-    g = timeline.graph
-    flows = g.kind == FLOW
-    carried = net.carried_per_resource(g.route[flows], g.amount[flows])
+    carried = timeline.carried_per_resource()
     makespan = timeline.execution.makespan
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where((carried > 0) & np.isfinite(net.capacity), carried / (net.capacity * makespan), 0.0)

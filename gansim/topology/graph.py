@@ -10,7 +10,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse.csgraph import connected_components, dijkstra
 
 from gansim.core.config import LinkSpec, NodeSpec, TopologyFile, parse
 from gansim.core.errors import UserInputError
@@ -20,6 +20,8 @@ from gansim.topology.generators import generate
 
 US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
+# routing treats a node linked to more nodes than this as a hub (see Topology.routes)
+HUB_DEGREE = 64
 
 
 @dataclass(frozen=True)
@@ -204,34 +206,132 @@ class Topology:
         return index, names, matrix
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
-        """Routes for many (src, dst) pairs at once: one Dijkstra per distinct source, in C."""
-
+        """Routes for many (src, dst) pairs at once, computed in C (scipy's Dijkstra): one
+        search per distinct source, or, on a graph with hubs (network switches linked to
+        more than HUB_DEGREE nodes, whose every search would cross all of their links),
+        one search from and one to each hub plus one inside each hub-free part."""
         missing = sorted({p for p in pairs if p not in self._routes and p[0] != p[1]})
-        index, names, matrix = self._routing
+        if missing:
+            if self._hub_routing is not None:
+                self._routes_via_hubs(missing)
+            else:
+                self._routes_by_source(missing)
+        return [self.route(src, dst) for src, dst in pairs]
+
+    def _vertex(self, node: str, role: str) -> int:
+        index = self._routing[0]
+        return index[(node, role) if self.nodes[node].kind in RANK_KINDS else (node, "")]
+
+    def _store(self, src: str, dst: str, vertices: list[int]) -> None:
+        names = self._routing[1]
+        nodes = [names[v] for v in vertices]
+        links = np.array([self._link_index[(u, v)] for u, v in zip(nodes, nodes[1:])], dtype=np.int64)
+        self._routes[(src, dst)] = Route(links, float(self.latency_s[links].sum()), float(self.capacity_Bps[links].min()))
+
+    def _no_route(self, src: str, dst: str) -> UserInputError:
+        return UserInputError(f"no route from {src} to {dst} that does not pass through another GPU",
+                              source=self.source, field="links")
+
+    def _routes_by_source(self, missing: list[tuple[str, str]]) -> None:
+        _, _, matrix = self._routing
         sources = sorted({src for src, _ in missing})
         for first in range(0, len(sources), 256):
             batch = sources[first:first + 256]
-            src_ids = [index[(s, "out") if self.nodes[s].kind in RANK_KINDS else (s, "")] for s in batch]
-            dist, pred = dijkstra(matrix, directed=True, indices=src_ids, return_predecessors=True)
+            dist, pred = dijkstra(matrix, directed=True, indices=[self._vertex(s, "out") for s in batch],
+                                  return_predecessors=True)
             row_of = {s: i for i, s in enumerate(batch)}
             for src, dst in missing:
                 if src not in row_of:
                     continue
                 row = row_of[src]
-                target = index[(dst, "in") if self.nodes[dst].kind in RANK_KINDS else (dst, "")]
+                target = self._vertex(dst, "in")
                 if not np.isfinite(dist[row, target]):
-                    raise UserInputError(
-                        f"no route from {src} to {dst} that does not pass through another GPU",
-                        source=self.source, field="links",
-                    )
+                    raise self._no_route(src, dst)
                 path = [target]
                 while pred[row, path[-1]] >= 0:
                     path.append(int(pred[row, path[-1]]))
-                nodes = [names[v] for v in reversed(path)]
-                links = np.array([self._link_index[(u, v)] for u, v in zip(nodes, nodes[1:])], dtype=np.int64)
-                self._routes[(src, dst)] = Route(links, float(self.latency_s[links].sum()),
-                                                 float(self.capacity_Bps[links].min()))
-        return [self.route(src, dst) for src, dst in pairs]
+                self._store(src, dst, path[::-1])
+
+    @cached_property
+    def _hub_routing(self) -> "_HubRouting | None":
+        _, names, matrix = self._routing
+        degree = np.diff(matrix.indptr)
+        hubs = np.flatnonzero(degree > HUB_DEGREE)
+        if hubs.size == 0:
+            return None
+        from_hub, from_pred = dijkstra(matrix, directed=True, indices=hubs, return_predecessors=True)
+        to_hub, to_pred = dijkstra(matrix.T.tocsr(), directed=True, indices=hubs, return_predecessors=True)
+        coo = matrix.tocoo()
+        is_hub = np.zeros(len(names), dtype=bool)
+        is_hub[hubs] = True
+        keep = ~(is_hub[coo.row] | is_hub[coo.col])
+        local = csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=matrix.shape)
+        _, part = connected_components(local, directed=True, connection="weak")
+        return _HubRouting(hubs, from_hub, from_pred, to_hub, to_pred, local, part)
+
+    def _routes_via_hubs(self, missing: list[tuple[str, str]]) -> None:
+        """A shortest route either crosses some hub h (then it is a shortest route to h
+        followed by one from h) or stays inside one hub-free part of the graph."""
+        hub = self._hub_routing
+        assert hub is not None
+        src = np.array([self._vertex(s, "out") for s, _ in missing], dtype=np.int64)
+        dst = np.array([self._vertex(d, "in") for _, d in missing], dtype=np.int64)
+        via = hub.to_hub[:, src] + hub.from_hub[:, dst]
+        best = via.argmin(axis=0)
+        best_via = via[best, np.arange(src.size)]
+        local_dist = np.full(src.size, np.inf)
+        local_path: dict[int, list[int]] = {}
+        same = np.flatnonzero(hub.part[src] == hub.part[dst])
+        # one search per distinct source inside the hub-free parts, a few parts at a time
+        parts, part_sizes = np.unique(hub.part, return_counts=True)
+        wanted = np.isin(parts, hub.part[src[same]])
+        parts, part_sizes = parts[wanted], part_sizes[wanted]
+        groups = np.cumsum(part_sizes) // 4096
+        for g in np.unique(groups):
+            members = np.flatnonzero(np.isin(hub.part, parts[groups == g]))
+            block = hub.local[members][:, members]
+            position = np.full(hub.part.size, -1, dtype=np.int64)
+            position[members] = np.arange(members.size)
+            mine = same[position[src[same]] >= 0]
+            sources = np.unique(src[mine])
+            dist, pred = dijkstra(block, directed=True, indices=position[sources], return_predecessors=True)
+            rows = np.searchsorted(sources, src[mine])
+            for i, row in zip(mine.tolist(), rows.tolist()):
+                target = int(position[dst[i]])
+                local_dist[i] = dist[row, target]
+                if np.isfinite(local_dist[i]) and local_dist[i] <= best_via[i]:
+                    path = [target]
+                    while pred[row, path[-1]] >= 0:
+                        path.append(int(pred[row, path[-1]]))
+                    local_path[i] = [int(members[v]) for v in reversed(path)]
+        for i, (s, d) in enumerate(missing):
+            if i in local_path:
+                self._store(s, d, local_path[i])
+                continue
+            if not np.isfinite(best_via[i]):
+                raise self._no_route(s, d)
+            h = int(best[i])
+            centre = int(hub.hubs[h])
+            path = [int(src[i])]
+            while path[-1] != centre:
+                path.append(int(hub.to_pred[h, path[-1]]))
+            back = [int(dst[i])]
+            while back[-1] != centre:
+                back.append(int(hub.from_pred[h, back[-1]]))
+            self._store(s, d, path + back[-2::-1])
+
+
+@dataclass(frozen=True)
+class _HubRouting:
+    """Shortest routes from and to every hub, and the graph without its hubs."""
+
+    hubs: np.ndarray  # routing vertices
+    from_hub: np.ndarray  # (hubs, vertices) distances from each hub
+    from_pred: np.ndarray
+    to_hub: np.ndarray  # (hubs, vertices) distances to each hub
+    to_pred: np.ndarray  # on the reversed graph: the next vertex towards the hub
+    local: Any  # the routing matrix without the hubs' edges
+    part: np.ndarray  # per vertex, its hub-free part
 
 
 def _route_weight(attrs: dict[str, Any]) -> float:
