@@ -136,3 +136,33 @@ def test_a_run_whose_played_links_something_else_used_is_played_again_on_the_flo
     flowed, _ = run(monkeypatch, "pcie_pairs", "ring", gan, plays=False, gpus=8)
     assert plays == 0  # found contended, played again without plays
     assert played == flowed
+
+
+def test_the_trace_of_a_played_allreduce_shows_what_the_flow_network_would(monkeypatch):
+    """The first transfers a play keeps give the same send and step events as the flow
+    network's own trace, up to where the play stopped keeping them."""
+    import json
+
+    from gansim.outputs.trace import chrome_trace
+
+    def trace(plays: bool) -> dict:
+        monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0 if plays else 10**18)
+        topo = topology_from_dict({"name": "multi_node", **TOPOLOGIES["multi_node"]}, "test")
+        scenario = Scenario(name="t", topology="t", workload={"allreduce_bytes": 4 * 100_003}, gpus=[12],
+                            algorithms=["ring"], steps=2)
+        box = {}
+        simulate_point(scenario, topo, 12, "ring", on_timeline=lambda tl: box.setdefault("doc", json.loads(
+            chrome_trace(tl, "t"))), keep_transfers=100)
+        return box["doc"]
+
+    played, flowed = trace(True), trace(False)
+    assert played["otherData"]["truncated"] and not flowed["otherData"]["truncated"]
+    until = played["otherData"]["window_us"]
+    assert 0 < until < flowed["otherData"]["window_us"]
+
+    def events(doc, cat):
+        return sorted((e["ts"], e["dur"], e["pid"], e["name"], json.dumps(e.get("args"), sort_keys=True))
+                      for e in doc["traceEvents"] if e.get("cat") == cat and e["ts"] < until)
+
+    for cat in ("send", "all-reduce steps"):
+        assert events(played, cat) and events(played, cat) == events(flowed, cat)

@@ -16,7 +16,7 @@ from gansim.collectives.closed_forms import (
     paper_allreduce_time,
 )
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
-from gansim.collectives.uncontended import UncontendedPlay
+from gansim.collectives.uncontended import PlayPlan, UncontendedPlay
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
@@ -57,6 +57,16 @@ class Communicator:
     keep_transfers: int = 0
     spans: list[CollectiveSpan] = field(default_factory=list)
     _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
+    # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
+    # plan, or None where it is contended
+    _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
+
+    def play_plan(self, schedule: Schedule, nbytes: float) -> PlayPlan | None:
+        key = (id(schedule), nbytes)
+        if key not in self._plans:
+            self._plans[key] = (schedule, PlayPlan.build(self.cluster, schedule, _participants(self.cluster, schedule),
+                                                         nbytes))
+        return self._plans[key][1]
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
         """Add an all-reduce of `nbytes` per rank that each rank joins after its `entry`
@@ -88,7 +98,7 @@ class Communicator:
 
     def link_parameters(self) -> LinkParameters:
         nodes = self.cluster.rank_nodes
-        hops = [self.cluster.topology.route(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+        hops = self.cluster.topology.routes([(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))])
         return LinkParameters(max(h.latency_s for h in hops), max(1.0 / h.bottleneck_Bps for h in hops))
 
 
@@ -143,10 +153,9 @@ def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str)
     schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
     if (comm.uncontended_min_transfers is not None and comm.chunks == 1
             and schedule.transfers() >= comm.uncontended_min_transfers):
-        play = UncontendedPlay.build(comm.cluster, schedule, _participants(comm.cluster, schedule), nbytes,
-                                     comm.gamma_s_per_byte, entry, comm.keep_transfers)
-        if play is not None:
-            comm._play = play
+        plan = comm.play_plan(schedule, nbytes)
+        if plan is not None:
+            play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm.keep_transfers)
             return play_uncontended(comm, entry, play, label)
     return play_schedule(comm, entry, schedule, nbytes, label)
 

@@ -38,6 +38,11 @@ from gansim.network.cluster import Cluster
 UNCONTENDED_MIN_TRANSFERS = 1 << 16
 
 
+# A plan keeps every step's transfer times (bytes / rate) when the schedule has at most this
+# many transfers (32 MB), for the collectives of a run that play the same schedule again.
+_DURATIONS_MAX_TRANSFERS = 1 << 22
+
+
 @dataclass
 class _Shape:
     """The transfers of one or more steps that share their (src, dst) arrays: routes,
@@ -54,9 +59,7 @@ class _Shape:
     send_slot: np.ndarray | None
     recv_slot: np.ndarray | None
     takes_part: np.ndarray  # participant ids that take part
-    first_start: np.ndarray | None = None  # per slot, over the play: first transfer start
-    last_end: np.ndarray | None = None  # and last transfer end
-    carried: np.ndarray | None = None  # bytes per slot over the play
+    ring: bool  # and participant i sends slot i (src is 0, 1, 2, ...)
 
 
 @dataclass
@@ -78,28 +81,26 @@ class Recorded:
 
 
 @dataclass
-class UncontendedPlay:
-    """One collective played by the recurrence (see the module's docstring)."""
+class PlayPlan:
+    """What does not change between plays of one schedule of one size on one machine: the
+    shapes of its steps, their transfer times and the bytes each pair carries."""
 
     cluster: Cluster
     schedule: Schedule
     participants: int
     bytes_per_element: float
-    gamma_s_per_byte: float
-    entry: np.ndarray  # per rank: the task after which it joins (-1: from the start)
-    keep_transfers: int = 0  # how many of the first transfers to record for the details
-    shapes: list[_Shape] = field(default_factory=list)
-    step_shape: list[int] = field(default_factory=list)
-    exit_times: np.ndarray | None = None
-    early_exit: bool = False  # a rank would have left before the last one joined
-    recorded: Recorded | None = None
+    shapes: list[_Shape]
+    step_shape: list[int]
+    durations: list[np.ndarray] | None = None  # per step, per slot: bytes / rate
+    carried: list[np.ndarray] | None = None  # per shape, per slot: bytes over the schedule
 
     @classmethod
-    def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...], nbytes: float,
-              gamma_s_per_byte: float, entry: np.ndarray, keep_transfers: int) -> "UncontendedPlay | None":
-        """The play of `schedule`, or None when the schedule is not uncontended."""
+    def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
+              nbytes: float) -> "PlayPlan | None":
+        """The plan of `schedule`, or None when the schedule is not uncontended."""
         n_part = len(participants)
-        play = cls(cluster, schedule, n_part, nbytes / schedule.count, gamma_s_per_byte, entry, keep_transfers)
+        shapes: list[_Shape] = []
+        step_shape: list[int] = []
         by_arrays: dict[tuple[int, int], int] = {}
         net = cluster.network
         pair_users: list[np.ndarray] = []  # (resource, src, dst) of every slot of every shape
@@ -113,53 +114,92 @@ class UncontendedPlay:
                 if np.unique(res).size != res.size:
                     return None
                 pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
-                index = by_arrays[key] = len(play.shapes)
-                play.shapes.append(shape)
-            play.step_shape.append(index)
+                index = by_arrays[key] = len(shapes)
+                shapes.append(shape)
+            step_shape.append(index)
         users = np.unique(np.concatenate(pair_users, axis=1), axis=1) if pair_users else np.zeros((3, 0), np.int64)
         if not _share_a_participant(*users):  # (2)
             return None
-        return play
+        plan = cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
+        plan.carried = [np.zeros(shape.src.size) for shape in shapes]
+        durations = [] if schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
+        for k in range(len(schedule.steps)):
+            shape_index = step_shape[k]
+            amount = plan.amount(k)
+            plan.carried[shape_index] += amount
+            if durations is not None:
+                durations.append(amount / shapes[shape_index].rate)
+        plan.durations = durations
+        return plan
+
+    def amount(self, k: int) -> np.ndarray:
+        """Bytes per slot of step k."""
+        step = self.schedule.steps[k]
+        amount = (step.hi - step.lo) * self.bytes_per_element
+        shape = self.shapes[self.step_shape[k]]
+        if shape.merged:
+            amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
+        return amount
+
+
+@dataclass
+class UncontendedPlay:
+    """One collective played by the recurrence (see the module's docstring)."""
+
+    plan: PlayPlan
+    gamma_s_per_byte: float
+    entry: np.ndarray  # per rank: the task after which it joins (-1: from the start)
+    keep_transfers: int = 0  # how many of the first transfers to record for the details
+    exit_times: np.ndarray | None = None
+    early_exit: bool = False  # a rank would have left before the last one joined
+    recorded: Recorded | None = None
+    first_start: list[np.ndarray | None] = field(default_factory=list)  # per shape, per slot: first start
+    last_end: list[np.ndarray | None] = field(default_factory=list)  # and last end
 
     # -- the recurrence
     def solve(self, now: float, end: np.ndarray) -> np.ndarray:
         """Every rank's exit time, given the end times of the entry tasks (all ended by now)."""
         if self.exit_times is not None:
             return self.exit_times
-        p = self.cluster.ranks
-        t = np.zeros(self.participants)
+        plan = self.plan
+        p = plan.cluster.ranks
+        n_part = plan.participants
+        t = np.zeros(n_part)
         t[:p] = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
-        for shape in self.shapes:
-            shape.first_start = None
-            shape.carried = np.zeros(shape.src.size)
+        shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
+        first_start: list[np.ndarray | None] = [None] * len(shapes)
+        last_end: list[np.ndarray | None] = [None] * len(shapes)
         recording = _Recorder(self.keep_transfers)
         gamma = self.gamma_s_per_byte
-        for k, (step, index) in enumerate(zip(self.schedule.steps, self.step_shape)):
-            shape = self.shapes[index]
-            amount = (step.hi - step.lo) * self.bytes_per_element
-            if shape.merged:
-                amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
-            start = np.maximum(t[shape.src], t[shape.dst])
-            finish = (start + shape.latency) + amount / shape.rate
-            if shape.send_slot is not None:
-                done = np.maximum(finish[shape.send_slot], finish[shape.recv_slot])
+        for k, step in enumerate(plan.schedule.steps):
+            index = step_shape[k]
+            shape = shapes[index]
+            duration = durations[k] if durations is not None else plan.amount(k) / shape.rate
+            if shape.ring:  # every participant sends to one and receives from one, src in order
+                start = np.maximum(t, t[shape.dst])
+                finish = (start + shape.latency) + duration
+                done = np.maximum(finish, finish[shape.recv_slot])
             else:
-                done = np.full(self.participants, -np.inf)
-                np.maximum.at(done, shape.src, finish)
-                np.maximum.at(done, shape.dst, finish)
+                start = np.maximum(t[shape.src], t[shape.dst])
+                finish = (start + shape.latency) + duration
+                if shape.send_slot is not None:
+                    done = np.maximum(finish[shape.send_slot], finish[shape.recv_slot])
+                else:
+                    done = np.full(n_part, -np.inf)
+                    np.maximum.at(done, shape.src, finish)
+                    np.maximum.at(done, shape.dst, finish)
             if step.reduce and gamma > 0:
-                received = np.bincount(shape.dst, weights=amount, minlength=self.participants)
-                done = done + received * gamma
+                done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
             if shape.send_slot is not None:
                 t = done
             else:
                 t[shape.takes_part] = done[shape.takes_part]
-            if shape.first_start is None:
-                shape.first_start = start
-            shape.last_end = finish
-            shape.carried += amount
+            if first_start[index] is None:
+                first_start[index] = start
+            last_end[index] = finish
             if recording.wanted:
-                recording.add(k, shape, step, amount, start, finish, t)
+                recording.add(k, shape, step, start, finish, t)
+        self.first_start, self.last_end = first_start, last_end
         self.recorded = recording.result(self)
         self.exit_times = t[:p].copy()
         self.early_exit = bool((self.exit_times < now).any())
@@ -168,22 +208,22 @@ class UncontendedPlay:
     # -- what the run's figures and checks need
     def carried(self) -> tuple[np.ndarray, np.ndarray]:
         """(route, bytes) of every pair of the play, summed over its steps."""
-        done = [shape for shape in self.shapes if shape.carried is not None]
-        if not done:
+        plan = self.plan
+        if self.exit_times is None or plan.carried is None:
             return np.zeros(0, np.int64), np.zeros(0)
-        return np.concatenate([s.route for s in done]), np.concatenate([s.carried for s in done])
+        return np.concatenate([s.route for s in plan.shapes]), np.concatenate(plan.carried)
 
     def resource_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(resource, first use, last use) of every resource the play used."""
-        net = self.cluster.network
+        net = self.plan.cluster.network
         res_all, lo_all, hi_all = [], [], []
-        for shape in self.shapes:
-            if shape.first_start is None:
+        for shape, first, last in zip(self.plan.shapes, self.first_start, self.last_end):
+            if first is None or last is None:
                 continue
             flow, res = net.route_pairs(shape.route)
             res_all.append(res)
-            lo_all.append(shape.first_start[flow])
-            hi_all.append(shape.last_end[flow])
+            lo_all.append(first[flow])
+            hi_all.append(last[flow])
         if not res_all:
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
         res, lo, hi = np.concatenate(res_all), np.concatenate(lo_all), np.concatenate(hi_all)
@@ -217,7 +257,9 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
         send_slot[src] = np.arange(src.size)
         recv_slot = np.empty(n_part, np.int64)
         recv_slot[dst] = np.arange(dst.size)
-    return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part)
+    ring = send_slot is not None and bool((src == np.arange(src.size)).all())
+    return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
+                  ring)
 
 
 def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
@@ -250,8 +292,7 @@ class _Recorder:
     def wanted(self) -> bool:
         return self.count < self.budget
 
-    def add(self, k: int, shape: _Shape, step: Step, amount: np.ndarray, start: np.ndarray, finish: np.ndarray,
-            t: np.ndarray) -> None:
+    def add(self, k: int, shape: _Shape, step: Step, start: np.ndarray, finish: np.ndarray, t: np.ndarray) -> None:
         slot = shape.slot_of
         part = shape.takes_part
         self.parts.append((step.src, step.dst, shape.route[slot], (step.hi - step.lo), start[slot], finish[slot],
@@ -265,10 +306,10 @@ class _Recorder:
         if not self.parts:
             return None
         cols = [np.concatenate([p[i] for p in self.parts]) for i in range(10)]
-        if len(self.parts) == len(play.schedule.steps):
+        if len(self.parts) == len(play.plan.schedule.steps):
             self.until = np.inf
         until = self.until
-        return Recorded(cols[0], cols[1], cols[2], cols[3] * play.bytes_per_element, cols[4], cols[5], cols[6],
+        return Recorded(cols[0], cols[1], cols[2], cols[3] * play.plan.bytes_per_element, cols[4], cols[5], cols[6],
                         cols[7], cols[8], cols[9], until)
 
 

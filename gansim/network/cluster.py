@@ -77,7 +77,9 @@ class Cluster:
         self.compute_route = np.array([self.network.add_route(np.array(r), 0.0) for r in compute_routes])
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self._node_routes: dict[tuple[str, str], int] = {}
-        self._pair_routes: dict[tuple[str, ...], np.ndarray] = {}
+        self._h2d_routes: np.ndarray | None = None
+        # per participant tuple: sorted keys (src * participants + dst) and their route ids
+        self._pair_routes: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def _pool(self, host: str, pools: dict[str, int], resources: list[Resource], capacity: list[float],
               scale: float) -> int:
@@ -110,24 +112,35 @@ class Cluster:
 
     def pair_routes(self, participants: tuple[str, ...], src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Route ids for transfers between participants (indices into `participants`)."""
-        table = self._pair_routes.get(participants)
-        if table is None:
-            table = self._pair_routes[participants] = np.full((len(participants), len(participants)), -1, np.int64)
-        ids = table[src, dst]
-        if (ids < 0).any():
-            wanted = np.zeros(table.shape, dtype=bool)
-            wanted[src, dst] = True  # each distinct pair once, however many transfers use it
-            new = np.argwhere(wanted & (table < 0)).tolist()
-            self.topology.routes([(participants[s], participants[d]) for s, d in new])  # in bulk
-            for s, d in new:
-                table[s, d] = self.node_route(participants[s], participants[d])
-            ids = table[src, dst]
-        return ids
+        n = len(participants)
+        known_keys, known_ids = self._pair_routes.get(participants, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        keys = np.asarray(src, dtype=np.int64) * n + np.asarray(dst, dtype=np.int64)
+        where = np.minimum(np.searchsorted(known_keys, keys), max(known_keys.size - 1, 0))
+        found = known_keys[where] == keys if known_keys.size else np.zeros(keys.size, dtype=bool)
+        if not found.all():
+            new = np.unique(keys[~found])  # each distinct pair once, however many transfers use it
+            pairs = [(participants[k // n], participants[k % n]) for k in new.tolist()]
+            self.topology.routes(pairs)  # in bulk
+            new_ids = np.array([self.node_route(a, b) for a, b in pairs], dtype=np.int64)
+            known_keys = np.concatenate([known_keys, new])
+            order = np.argsort(known_keys, kind="stable")
+            known_keys, known_ids = known_keys[order], np.concatenate([known_ids, new_ids])[order]
+            self._pair_routes[participants] = (known_keys, known_ids)
+            where = np.searchsorted(known_keys, keys)
+        return known_ids[where]
 
     def h2d_route(self, rank: int) -> int:
         node = self.rank_nodes[rank]
         host = self.topology.host_of.get(node)
         return self.node_route(host, node) if host is not None else -1
+
+    def h2d_routes(self) -> np.ndarray:
+        """Every rank's host-to-device route (-1 where a rank has no host)."""
+        if self._h2d_routes is None:
+            host_of = self.topology.host_of
+            self.topology.routes([(host_of[n], n) for n in self.rank_nodes if n in host_of])  # in bulk
+            self._h2d_routes = np.array([self.h2d_route(r) for r in range(self.ranks)], dtype=np.int64)
+        return self._h2d_routes
 
     def device_tflops(self) -> float | None:
         values = [self.topology.nodes[n].tflops for n in self.rank_nodes]

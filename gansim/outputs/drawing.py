@@ -1,12 +1,15 @@
 """A topology as a picture: node positions (a deterministic layered layout of the networkx
 graph) and a plotly figure with one colour per link kind, each link labelled with its
-bandwidth."""
+bandwidth. A cluster of many machines is drawn one marker per machine (its GPUs, switches
+and NICs collapsed), beside a full drawing of its first machine."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from gansim.outputs import plot
+from gansim.outputs.plot import Figure
 from gansim.topology.graph import Topology
 
 KIND_COLOURS = {"pcie": "#1f77b4", "nvlink": "#2ca02c", "net": "#ff7f0e", "loopback": "#9467bd"}
@@ -21,6 +24,8 @@ NODE_STYLE = {  # kind: (marker symbol, colour, size)
 }
 LABEL_MAX_NODES = 80
 LINK_LABEL_MAX_LINKS = 48
+# above this many rank devices, on more than one machine, machines are drawn collapsed
+COLLAPSE_MIN_RANKS = 64
 
 
 # vertical level of each node kind around the rank devices (y = 0)
@@ -60,8 +65,9 @@ def positions(topo: Topology) -> dict[str, tuple[float, float]]:
                 pos[node] = (x0 + i, 0.0)
             x0 += max(n - 1, 1) + 2.0
     # the rest, level by level from the ranks outwards
+    file_order = {n: i for i, n in enumerate(topo.nodes)}
     order = sorted((n for n in topo.nodes if n not in pos),
-                   key=lambda n: (abs(LEVEL.get(topo.nodes[n].kind, 2.6)), list(topo.nodes).index(n)))
+                   key=lambda n: (abs(LEVEL.get(topo.nodes[n].kind, 2.6)), file_order[n]))
     pending = list(order)
     for _ in range(len(pending) + 1):
         if not pending:
@@ -85,7 +91,7 @@ def positions(topo: Topology) -> dict[str, tuple[float, float]]:
         if node not in ranks:
             levels.setdefault(y, []).append(node)
     for y, nodes in levels.items():
-        nodes.sort(key=lambda n: (pos[n][0], list(topo.nodes).index(n)))
+        nodes.sort(key=lambda n: (pos[n][0], file_order[n]))
         gap = 0.9
         xs = [pos[n][0] for n in nodes]
         for i in range(1, len(xs)):
@@ -101,15 +107,130 @@ def _fmt_bw(gbps: float) -> str:
     return f"{gbps:g} GB/s"
 
 
+def topology_figures(topo: Topology, *, highlight: dict[tuple[str, str], str] | None = None) -> list[Figure]:
+    """The drawings of a topology: the whole of it, or, for more than COLLAPSE_MIN_RANKS
+    rank devices on several machines, the machines collapsed and the first one in full."""
+    machines = _machines(topo)
+    if len(topo.ranks) <= COLLAPSE_MIN_RANKS or len(machines) < 2:
+        return [topology_figure(topo, highlight=highlight)]
+    first = set(machines[0])
+    outside = {nb for n in first for nb in topo.graph.neighbors(n) if nb not in first}
+    keep = [n for n in topo.nodes if n in first or n in outside]
+    part = topo.replace(name=f"{topo.name}, machine 0", nodes={n: topo.nodes[n] for n in keep},
+                        graph=topo.graph.subgraph(keep).copy(), ranks=[r for r in topo.ranks if r in first])
+    title = (f"{topo.name}, its first machine in full ({len(part.ranks)} rank devices) and its links out of it")
+    return [collapsed_figure(topo, machines, highlight=highlight), topology_figure(part, highlight=highlight,
+                                                                                    title=title)]
+
+
+def _machines(topo: Topology) -> list[list[str]]:
+    """The nodes of each machine that holds rank devices, machines in rank order."""
+    machine = topo.machine_of
+    members: dict[int, list[str]] = {}
+    for node in topo.nodes:
+        members.setdefault(machine[node], []).append(node)
+    with_ranks = list(dict.fromkeys(machine[r] for r in topo.ranks))
+    return [members[m] for m in with_ranks]
+
+
+def collapsed_figure(topo: Topology, machines: list[list[str]], *,
+                     highlight: dict[tuple[str, str], str] | None = None) -> Figure:
+    """One marker per machine on a row, the nodes outside machines (network switches)
+    above them, one line per machine and outside node for the links between them."""
+    graph = topo.graph
+    machine_index = {n: i for i, nodes in enumerate(machines) for n in nodes}
+    kinds = {n: spec.kind for n, spec in topo.nodes.items()}
+    hot = {frozenset(k) for k in (highlight or {})}
+    # links between a machine and an outside node, grouped
+    bundles: dict[tuple[int, str], list[tuple[str, str, dict[str, Any]]]] = {}
+    hot_machines: set[int] = set()
+    between: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for u, v, attrs in graph.edges(data=True):
+        mu, mv = machine_index.get(u), machine_index.get(v)
+        if mu is not None and mv is not None:
+            if frozenset((u, v)) in hot:
+                hot_machines.add(mu)
+            continue
+        if mu is None and mv is None:
+            between.setdefault((u, v), []).append(attrs)
+            continue
+        m, node = (mu, v) if mu is not None else (mv, u)
+        bundles.setdefault((m, node), []).append((u, v, attrs))
+    pos: dict[str, tuple[float, float]] = {}
+    neighbours: dict[str, list[int]] = {}
+    for m, node in bundles:
+        neighbours.setdefault(node, []).append(m)
+    outside = sorted(neighbours, key=lambda n: (LEVEL.get(kinds[n], 2.6), n)) + sorted(
+        {n for pair in between for n in pair} - set(neighbours))
+    for node in outside:
+        ms = neighbours.get(node, [])
+        pos[node] = (sum(ms) / len(ms) if ms else (len(machines) - 1) / 2, 2.0 + LEVEL.get(kinds[node], 2.6))
+    fig = Figure()
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    mx, my, hover, red_x, red_y = [], [], [], [], []
+    for (m, node), links in bundles.items():
+        x0, y0 = pos[node]
+        xs += [m, x0, None]
+        ys += [0.0, y0, None]
+        mx.append((m + x0) / 2)
+        my.append(y0 / 2)
+        total = sum(a["bandwidth_GBps"] for _, _, a in links)
+        kinds_here = sorted({a["kind"] for _, _, a in links})
+        hover.append(f"machine {m} - {node}: {len(links)} {'/'.join(kinds_here)} link(s), "
+                     f"{_fmt_bw(total)} per direction in all")
+        if any(frozenset((u, v)) in hot for u, v, _ in links):
+            red_x += [m, x0, None]
+            red_y += [0.0, y0, None]
+    fig.add_trace(plot.scatter(x=xs, y=ys, mode="lines", line={"color": KIND_COLOURS["net"], "width": 1},
+                               name="links out of a machine", hoverinfo="skip"))
+    fig.add_trace(plot.scatter(x=mx, y=my, mode="markers", marker={"size": 4, "color": KIND_COLOURS["net"],
+                                                                    "opacity": 0.4},
+                               hovertext=hover, hoverinfo="text", name="link bundles", showlegend=False))
+    if red_x:
+        fig.add_trace(plot.scatter(x=red_x, y=red_y, mode="lines", line={"color": "#d62728", "width": 5},
+                                   opacity=0.5, name="bottleneck link", hoverinfo="skip"))
+    rank_set = set(topo.ranks)
+    labels = []
+    for m, nodes in enumerate(machines):
+        count: dict[str, int] = {}
+        for n in nodes:
+            count[kinds[n]] = count.get(kinds[n], 0) + 1
+        ranks = [n for n in nodes if n in rank_set]
+        labels.append(f"<b>machine {m}</b>: {ranks[0]} .. {ranks[-1]}<br>"
+                      + ", ".join(f"{c} {k}" for k, c in sorted(count.items()))
+                      + ("<br>holds a bottleneck link" if m in hot_machines else ""))
+    symbol, colour, _ = NODE_STYLE["gpu"]
+    fig.add_trace(plot.scatter(x=list(range(len(machines))), y=[0.0] * len(machines), mode="markers",
+                               marker={"symbol": symbol, "size": 9, "color": [
+                                   "#d62728" if m in hot_machines else colour for m in range(len(machines))],
+                                   "line": {"width": 0.5, "color": "#333"}},
+                               hovertext=labels, hoverinfo="text", name=f"machine ({len(machines)})"))
+    for kind in sorted({kinds[n] for n in outside}):
+        nodes = [n for n in outside if kinds[n] == kind]
+        symbol, colour, size = NODE_STYLE.get(kind, ("circle", "#7f7f7f", 12))
+        fig.add_trace(plot.scatter(x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
+                                   mode="markers+text" if len(nodes) <= 16 else "markers",
+                                   text=nodes if len(nodes) <= 16 else None, textposition="top center",
+                                   marker={"symbol": symbol, "color": colour, "size": size,
+                                           "line": {"width": 1, "color": "#333"}},
+                                   hovertext=[f"<b>{n}</b> ({kind}), {len(neighbours.get(n, []))} machines"
+                                              for n in nodes], hoverinfo="text", name=f"{kind} ({len(nodes)})"))
+    fig.update_layout(
+        title=f"{topo.name}: {len(topo.ranks)} rank devices on {len(machines)} machines (one marker each), "
+              f"{graph.number_of_edges()} full-duplex links",
+        xaxis={"visible": False}, yaxis={"visible": False}, height=420, hovermode="closest",
+        legend={"itemsizing": "constant"})
+    return fig
+
+
 def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | None = None,
-                    title: str | None = None) -> Any:
+                    title: str | None = None) -> Figure:
     """The topology drawing. `highlight` maps an undirected link (u, v) to a note; those
     links are drawn thick and red (e.g. the bottleneck of some run)."""
-    import plotly.graph_objects as go
-
     pos = positions(topo)
     graph = topo.graph
-    fig = go.Figure()
+    fig = Figure()
     by_kind: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for u, v, attrs in graph.edges(data=True):
         by_kind.setdefault(attrs["kind"], []).append((u, v, attrs))
@@ -126,7 +247,7 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
             ys += [pos[u][1], pos[v][1], None]
         first = True
         for w, (xs, ys) in sorted(widths.items()):
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": KIND_COLOURS.get(kind, "#7f7f7f"),
+            fig.add_trace(plot.scatter(x=xs, y=ys, mode="lines", line={"color": KIND_COLOURS.get(kind, "#7f7f7f"),
                                                                      "width": w},
                                      name=f"{kind} link", legendgroup=f"link-{kind}", showlegend=first,
                                      hoverinfo="skip"))
@@ -136,7 +257,7 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
         my = [(pos[u][1] + pos[v][1]) / 2 for u, v, _ in edges]
         hover = [f"{u} - {v}<br>{a['kind']}, {_fmt_bw(a['bandwidth_GBps'])} per direction, {a['latency_us']:g} us"
                  for u, v, a in edges]
-        fig.add_trace(go.Scatter(x=mx, y=my, mode="markers+text" if label_links else "markers",
+        fig.add_trace(plot.scatter(x=mx, y=my, mode="markers+text" if label_links else "markers",
                                  marker={"size": 6, "color": KIND_COLOURS.get(kind, "#7f7f7f"), "opacity": 0.5},
                                  text=[_fmt_bw(a["bandwidth_GBps"]) for _, _, a in edges] if label_links else None,
                                  textposition="middle right", textfont={"size": 9, "color": "#555"},
@@ -153,10 +274,10 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
             hy.append((pos[u][1] + pos[v][1]) / 2)
             notes.append(f"{u} - {v}: {note}")
         if notes:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#d62728", "width": 7},
+            fig.add_trace(plot.scatter(x=xs, y=ys, mode="lines", line={"color": "#d62728", "width": 7},
                                      opacity=0.45, name="bottleneck link", legendgroup="bottleneck",
                                      hoverinfo="skip"))
-            fig.add_trace(go.Scatter(x=hx, y=hy, mode="markers", marker={"symbol": "x", "size": 11,
+            fig.add_trace(plot.scatter(x=hx, y=hy, mode="markers", marker={"symbol": "x", "size": 11,
                                                                          "color": "#d62728"},
                                      hovertext=notes, hoverinfo="text", name="bottleneck", legendgroup="bottleneck",
                                      showlegend=False))
@@ -177,7 +298,7 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
                 if value is not None:
                     bits.append(f"{attr}: {value}")
             hover.append("<br>".join(bits))
-        fig.add_trace(go.Scatter(x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
+        fig.add_trace(plot.scatter(x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
                                  mode="markers+text" if show_labels else "markers",
                                  marker={"symbol": symbol, "color": colour, "size": size,
                                          "line": {"width": 1, "color": "#333"}},
@@ -186,8 +307,7 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
                                  name=f"{kind} ({len(nodes)})"))
     fig.update_layout(
         title=title or f"{topo.name}: {len(topo.ranks)} rank devices, {graph.number_of_edges()} full-duplex links",
-        xaxis={"visible": False}, yaxis={"visible": False},
-        template="plotly_white", height=560, hovermode="closest",
+        xaxis={"visible": False}, yaxis={"visible": False}, height=560, hovermode="closest",
         legend={"itemsizing": "constant"},
     )
     return fig

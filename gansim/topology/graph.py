@@ -267,7 +267,7 @@ class Topology:
         keep = ~(is_hub[coo.row] | is_hub[coo.col])
         local = csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=matrix.shape)
         _, part = connected_components(local, directed=True, connection="weak")
-        return _HubRouting(hubs, from_hub, from_pred, to_hub, to_pred, local, part)
+        return _HubRouting(hubs, from_hub, from_pred, to_hub, to_pred, local, part, np.bincount(part))
 
     def _routes_via_hubs(self, missing: list[tuple[str, str]]) -> None:
         """A shortest route either crosses some hub h (then it is a shortest route to h
@@ -283,9 +283,8 @@ class Topology:
         local_path: dict[int, list[int]] = {}
         same = np.flatnonzero(hub.part[src] == hub.part[dst])
         # one search per distinct source inside the hub-free parts, a few parts at a time
-        parts, part_sizes = np.unique(hub.part, return_counts=True)
-        wanted = np.isin(parts, hub.part[src[same]])
-        parts, part_sizes = parts[wanted], part_sizes[wanted]
+        parts = np.unique(hub.part[src[same]])
+        part_sizes = hub.part_sizes[parts]
         groups = np.cumsum(part_sizes) // 4096
         for g in np.unique(groups):
             members = np.flatnonzero(np.isin(hub.part, parts[groups == g]))
@@ -332,6 +331,7 @@ class _HubRouting:
     to_pred: np.ndarray  # on the reversed graph: the next vertex towards the hub
     local: Any  # the routing matrix without the hubs' edges
     part: np.ndarray  # per vertex, its hub-free part
+    part_sizes: np.ndarray  # vertices per part
 
 
 def _route_weight(attrs: dict[str, Any]) -> float:

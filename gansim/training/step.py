@@ -186,7 +186,7 @@ class StepBuilder:
         prep = graph.add(FLOW, cluster.loader_route, phases.data_host_s * cluster.loader_scale, self.ranks, DATA,
                          "data: host prep")
         graph.depend(after, prep)
-        h2d_routes = np.array([cluster.h2d_route(r) for r in range(cluster.ranks)], dtype=np.int64)
+        h2d_routes = cluster.h2d_routes()
         if (h2d_routes >= 0).all() and phases.sample_bytes > 0:
             copy = graph.add(FLOW, h2d_routes, phases.sample_bytes * phases.batch, self.ranks, DATA,
                              "data: host-to-device")
