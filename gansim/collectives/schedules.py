@@ -191,12 +191,14 @@ def _ring_steps(
     hi3 = _frozen_int64(np.tile(bounds[:, 1:], 3))
     steps: list[Step | None] = []
     phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
+    # with no empty segment no transfer is ever dropped: steps are made without checking
+    whole = bool((bounds[:, 1:] > bounds[:, :-1]).all())
     for reduce in phases:
         for s in range(n - 1):
             start = n - s + (0 if reduce else 1)
             lo = lo3[:, start : start + n].reshape(-1)
             hi = hi3[:, start : start + n].reshape(-1)
-            steps.append(_step(src, dst, lo, hi, reduce))
+            steps.append(Step(src, dst, lo, hi, reduce) if whole else _step(src, dst, lo, hi, reduce))
     return steps
 
 

@@ -91,8 +91,10 @@ class PlayPlan:
     bytes_per_element: float
     shapes: list[_Shape]
     step_shape: list[int]
-    durations: list[np.ndarray] | None = None  # per step, per slot: bytes / rate
-    carried: list[np.ndarray] | None = None  # per shape, per slot: bytes over the schedule
+    # filled by the first play: per shape and slot, bytes over the schedule; per step and
+    # slot, bytes / rate (when the schedule is small enough to keep them)
+    carried: list[np.ndarray] | None = None
+    durations: list[np.ndarray] | None = None
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
@@ -120,17 +122,7 @@ class PlayPlan:
         users = np.unique(np.concatenate(pair_users, axis=1), axis=1) if pair_users else np.zeros((3, 0), np.int64)
         if not _share_a_participant(*users):  # (2)
             return None
-        plan = cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
-        plan.carried = [np.zeros(shape.src.size) for shape in shapes]
-        durations = [] if schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
-        for k in range(len(schedule.steps)):
-            shape_index = step_shape[k]
-            amount = plan.amount(k)
-            plan.carried[shape_index] += amount
-            if durations is not None:
-                durations.append(amount / shapes[shape_index].rate)
-        plan.durations = durations
-        return plan
+        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
 
     def amount(self, k: int) -> np.ndarray:
         """Bytes per slot of step k."""
@@ -167,6 +159,10 @@ class UncontendedPlay:
         t = np.zeros(n_part)
         t[:p] = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
         shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
+        fill = plan.carried is None
+        if fill:
+            carried = [np.zeros(shape.src.size) for shape in shapes]
+            kept: list[np.ndarray] | None = [] if plan.schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
         first_start: list[np.ndarray | None] = [None] * len(shapes)
         last_end: list[np.ndarray | None] = [None] * len(shapes)
         recording = _Recorder(self.keep_transfers)
@@ -174,7 +170,15 @@ class UncontendedPlay:
         for k, step in enumerate(plan.schedule.steps):
             index = step_shape[k]
             shape = shapes[index]
-            duration = durations[k] if durations is not None else plan.amount(k) / shape.rate
+            if durations is not None:
+                duration = durations[k]
+            else:
+                amount = plan.amount(k)
+                duration = amount / shape.rate
+                if fill:
+                    carried[index] += amount
+                    if kept is not None:
+                        kept.append(duration)
             if shape.ring:  # every participant sends to one and receives from one, src in order
                 start = np.maximum(t, t[shape.dst])
                 finish = (start + shape.latency) + duration
@@ -200,6 +204,8 @@ class UncontendedPlay:
             if recording.wanted:
                 recording.add(k, shape, step, start, finish, t)
         self.first_start, self.last_end = first_start, last_end
+        if fill:
+            plan.carried, plan.durations = carried, kept
         self.recorded = recording.result(self)
         self.exit_times = t[:p].copy()
         self.early_exit = bool((self.exit_times < now).any())

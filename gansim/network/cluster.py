@@ -23,6 +23,16 @@ class Resource:
     kind: str  # a link kind (pcie, nvlink, net, loopback) or "compute" / "cores"
 
 
+@dataclass
+class _Resources:
+    names: list[str]
+    kinds: list[str]
+
+    def append(self, name: str, kind: str) -> None:
+        self.names.append(name)
+        self.kinds.append(kind)
+
+
 class Cluster:
     def __init__(self, topology: Topology, ranks: int, env: simpy.Environment, *, source: str | None = None):
         if ranks > len(topology.ranks):
@@ -33,8 +43,11 @@ class Cluster:
         self.topology = topology
         self.ranks = ranks
         self.rank_nodes = topology.ranks[:ranks]
-        resources = [Resource(name, kind) for name, kind in zip(topology.link_names, topology.link_kinds)]
-        capacity = list(topology.capacity_Bps)
+        # resources: the topology's directed links, then each rank's compute and loader
+        # and the hosts' core pools, as (name, kind) lists
+        names, kinds = list(topology.link_names), list(topology.link_kinds)
+        resources = _Resources(names, kinds)
+        capacity = topology.capacity_Bps.tolist()
         pools: dict[str, int] = {}
         # Compute resources are in "work units" per second: seconds of work for a GPU (whose
         # copies are done by DMA engines, not by its compute), but bytes for a CPU rank,
@@ -50,10 +63,10 @@ class Cluster:
             spec = topology.nodes[node]
             if spec.kind == "cpu":
                 self.work_scale[r] = self._link_rate(node)
-            self.compute_resource[r] = len(resources)
-            resources.append(Resource(f"{node}:compute", "compute"))
+            self.compute_resource[r] = len(names)
+            resources.append(f"{node}:compute", "compute")
             capacity.append(float(self.work_scale[r]))
-            route = [len(resources) - 1]
+            route = [len(names) - 1]
             if spec.kind == "cpu":
                 host = spec.host or topology.host_of.get(node)
                 if host is not None:
@@ -62,9 +75,9 @@ class Cluster:
                 loader_routes.append(route)  # the rank's own thread assembles its batch
             else:
                 # input pipeline: one loader thread per GPU rank on its host's cores
-                resources.append(Resource(f"{node}:dataloader", "compute"))
+                resources.append(f"{node}:dataloader", "compute")
                 capacity.append(1.0)
-                loader = [len(resources) - 1]
+                loader = [len(names) - 1]
                 host = topology.host_of.get(node)
                 if host is not None and topology.nodes[host].cores is not None:
                     loader.append(self._pool(host, pools, resources, capacity, 1.0))
@@ -72,8 +85,8 @@ class Cluster:
             compute_routes.append(route)
         # loader work is in the units of its route: the rank's core for CPU ranks, seconds else
         self.loader_scale = np.where([topology.nodes[n].kind == "cpu" for n in self.rank_nodes], self.work_scale, 1.0)
-        self.resources = resources
-        self.network = FlowNetwork(env, np.array(capacity, dtype=float), [r.name for r in resources])
+        self.resource_names, self.resource_kinds = names, kinds
+        self.network = FlowNetwork(env, np.array(capacity, dtype=float), names)
         self.compute_route = np.array([self.network.add_route(np.array(r), 0.0) for r in compute_routes])
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self._node_routes: dict[tuple[str, str], int] = {}
@@ -81,13 +94,16 @@ class Cluster:
         # per participant tuple: sorted keys (src * participants + dst) and their route ids
         self._pair_routes: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
 
-    def _pool(self, host: str, pools: dict[str, int], resources: list[Resource], capacity: list[float],
+    def resource(self, index: int) -> Resource:
+        return Resource(self.resource_names[index], self.resource_kinds[index])
+
+    def _pool(self, host: str, pools: dict[str, int], resources: "_Resources", capacity: list[float],
               scale: float) -> int:
         """A host's cores as one resource, in the work units of the ranks using it."""
         if host not in pools:
             cores = self.topology.nodes[host].cores
-            pools[host] = len(resources)
-            resources.append(Resource(f"{host}:cores", "cores"))
+            pools[host] = len(resources.names)
+            resources.append(f"{host}:cores", "cores")
             capacity.append(float(cores) * scale if cores is not None else float("inf"))
         return pools[host]
 
@@ -95,9 +111,8 @@ class Cluster:
         """Bytes/s a CPU rank's core moves: it can send and receive at its link's rate at
         once (that is what the fitted beta of a 2-rank ring measures), so twice the slowest
         link out of it."""
-        rates = [self.topology.capacity_Bps[self.topology.link_index(node, peer)]
-                 for peer in self.topology.graph.neighbors(node)]
-        return 2.0 * float(min(rates)) if rates else 1.0
+        rates = self.topology.capacity_Bps[self.topology.links_from(node)]
+        return 2.0 * float(rates.min()) if rates.size else 1.0
 
     def node_route(self, src: str, dst: str) -> int:
         key = (src, dst)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from gansim.outputs import plot
 from gansim.outputs.plot import Figure
 from gansim.topology.graph import Topology
@@ -113,12 +115,16 @@ def topology_figures(topo: Topology, *, highlight: dict[tuple[str, str], str] | 
     machines = _machines(topo)
     if len(topo.ranks) <= COLLAPSE_MIN_RANKS or len(machines) < 2:
         return [topology_figure(topo, highlight=highlight)]
+    ids = list(topo.nodes)
     first = set(machines[0])
-    outside = {nb for n in first for nb in topo.graph.neighbors(n) if nb not in first}
-    keep = [n for n in topo.nodes if n in first or n in outside]
-    part = topo.replace(name=f"{topo.name}, machine 0", nodes={n: topo.nodes[n] for n in keep},
-                        graph=topo.graph.subgraph(keep).copy(), ranks=[r for r in topo.ranks if r in first])
-    title = (f"{topo.name}, its first machine in full ({len(part.ranks)} rank devices) and its links out of it")
+    position = {node: i for i, node in enumerate(ids)}
+    inside = np.zeros(len(ids), dtype=bool)
+    inside[[position[n] for n in first]] = True
+    ends = topo.ends
+    out_of_first = ends[inside[ends[:, 0]] & ~inside[ends[:, 1]], 1]
+    keep = [n for n in ids if n in first] + [ids[i] for i in np.unique(out_of_first)]
+    part = topo.part(keep, f"{topo.name}, machine 0")
+    title = f"{topo.name}, its first machine in full ({len(part.ranks)} rank devices) and its links out of it"
     return [collapsed_figure(topo, machines, highlight=highlight), topology_figure(part, highlight=highlight,
                                                                                     title=title)]
 
@@ -137,55 +143,58 @@ def collapsed_figure(topo: Topology, machines: list[list[str]], *,
                      highlight: dict[tuple[str, str], str] | None = None) -> Figure:
     """One marker per machine on a row, the nodes outside machines (network switches)
     above them, one line per machine and outside node for the links between them."""
-    graph = topo.graph
-    machine_index = {n: i for i, nodes in enumerate(machines) for n in nodes}
-    kinds = {n: spec.kind for n, spec in topo.nodes.items()}
-    hot = {frozenset(k) for k in (highlight or {})}
-    # links between a machine and an outside node, grouped
-    bundles: dict[tuple[int, str], list[tuple[str, str, dict[str, Any]]]] = {}
-    hot_machines: set[int] = set()
-    between: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for u, v, attrs in graph.edges(data=True):
-        mu, mv = machine_index.get(u), machine_index.get(v)
-        if mu is not None and mv is not None:
-            if frozenset((u, v)) in hot:
-                hot_machines.add(mu)
-            continue
-        if mu is None and mv is None:
-            between.setdefault((u, v), []).append(attrs)
-            continue
-        m, node = (mu, v) if mu is not None else (mv, u)
-        bundles.setdefault((m, node), []).append((u, v, attrs))
-    pos: dict[str, tuple[float, float]] = {}
-    neighbours: dict[str, list[int]] = {}
-    for m, node in bundles:
-        neighbours.setdefault(node, []).append(m)
-    outside = sorted(neighbours, key=lambda n: (LEVEL.get(kinds[n], 2.6), n)) + sorted(
-        {n for pair in between for n in pair} - set(neighbours))
-    for node in outside:
-        ms = neighbours.get(node, [])
-        pos[node] = (sum(ms) / len(ms) if ms else (len(machines) - 1) / 2, 2.0 + LEVEL.get(kinds[node], 2.6))
+    ids = list(topo.nodes)
+    position = {node: i for i, node in enumerate(ids)}
+    kinds = [spec.kind for spec in topo.nodes.values()]
+    machine_of = np.full(len(ids), -1, dtype=np.int64)
+    for m, nodes in enumerate(machines):
+        machine_of[[position[n] for n in nodes]] = m
+    a, b = topo.ends[0::2, 0], topo.ends[0::2, 1]
+    ma, mb = machine_of[a], machine_of[b]
+    bandwidth = np.array([link.bandwidth_GBps for link in topo.links])
+    hot_link = np.zeros(a.size, dtype=bool)
+    for u, v in highlight or {}:
+        if topo.has_link(u, v):
+            hot_link[topo.link_index(u, v) // 2] = True
+    hot_machines = set(ma[hot_link & (ma >= 0) & (ma == mb)].tolist())
+    # links between a machine and a node outside machines, one bundle per pair
+    one_in = (ma >= 0) != (mb >= 0)
+    bundle_m = np.where(ma >= 0, ma, mb)[one_in]
+    bundle_node = np.where(ma >= 0, b, a)[one_in]
+    key = bundle_m * len(ids) + bundle_node
+    keys, which = np.unique(key, return_inverse=True)
+    count = np.bincount(which)
+    total = np.bincount(which, weights=bandwidth[one_in])
+    hot_bundle = np.bincount(which, weights=hot_link[one_in]) > 0
+    kinds_of = np.array(topo.link_kinds[0::2], dtype=object)[one_in]
+    first_kind = kinds_of[np.unique(which, return_index=True)[1]]
+    b_machine, b_node = np.divmod(keys, len(ids))
+    outside = sorted(set(b_node.tolist()) | set(np.flatnonzero(machine_of < 0).tolist()),
+                     key=lambda i: (LEVEL.get(kinds[i], 2.6), ids[i]))
+    mean_x = np.bincount(b_node, weights=b_machine, minlength=len(ids)) / np.maximum(
+        np.bincount(b_node, minlength=len(ids)), 1)
+    served = np.bincount(b_node, minlength=len(ids))
+    x_of = {i: (float(mean_x[i]) if served[i] else (len(machines) - 1) / 2) for i in outside}
+    y_of = {i: 2.0 + LEVEL.get(kinds[i], 2.6) for i in outside}
     fig = Figure()
     xs: list[float | None] = []
     ys: list[float | None] = []
-    mx, my, hover, red_x, red_y = [], [], [], [], []
-    for (m, node), links in bundles.items():
-        x0, y0 = pos[node]
-        xs += [m, x0, None]
-        ys += [0.0, y0, None]
-        mx.append((m + x0) / 2)
-        my.append(y0 / 2)
-        total = sum(a["bandwidth_GBps"] for _, _, a in links)
-        kinds_here = sorted({a["kind"] for _, _, a in links})
-        hover.append(f"machine {m} - {node}: {len(links)} {'/'.join(kinds_here)} link(s), "
-                     f"{_fmt_bw(total)} per direction in all")
-        if any(frozenset((u, v)) in hot for u, v, _ in links):
-            red_x += [m, x0, None]
-            red_y += [0.0, y0, None]
+    red_x: list[float | None] = []
+    red_y: list[float | None] = []
+    for m, node, hot in zip(b_machine.tolist(), b_node.tolist(), hot_bundle.tolist()):
+        xs += [m, x_of[node], None]
+        ys += [0.0, y_of[node], None]
+        if hot:
+            red_x += [m, x_of[node], None]
+            red_y += [0.0, y_of[node], None]
+    hover = [f"machine {m} - {ids[node]}: {c} {k} link(s), {_fmt_bw(t)} per direction in all"
+             for m, node, c, k, t in zip(b_machine.tolist(), b_node.tolist(), count.tolist(), first_kind.tolist(),
+                                         total.tolist())]
     fig.add_trace(plot.scatter(x=xs, y=ys, mode="lines", line={"color": KIND_COLOURS["net"], "width": 1},
                                name="links out of a machine", hoverinfo="skip"))
-    fig.add_trace(plot.scatter(x=mx, y=my, mode="markers", marker={"size": 4, "color": KIND_COLOURS["net"],
-                                                                    "opacity": 0.4},
+    fig.add_trace(plot.scatter(x=[(m + x_of[n]) / 2 for m, n in zip(b_machine.tolist(), b_node.tolist())],
+                               y=[y_of[n] / 2 for n in b_node.tolist()], mode="markers",
+                               marker={"size": 4, "color": KIND_COLOURS["net"], "opacity": 0.4},
                                hovertext=hover, hoverinfo="text", name="link bundles", showlegend=False))
     if red_x:
         fig.add_trace(plot.scatter(x=red_x, y=red_y, mode="lines", line={"color": "#d62728", "width": 5},
@@ -193,12 +202,12 @@ def collapsed_figure(topo: Topology, machines: list[list[str]], *,
     rank_set = set(topo.ranks)
     labels = []
     for m, nodes in enumerate(machines):
-        count: dict[str, int] = {}
+        tally: dict[str, int] = {}
         for n in nodes:
-            count[kinds[n]] = count.get(kinds[n], 0) + 1
+            tally[topo.nodes[n].kind] = tally.get(topo.nodes[n].kind, 0) + 1
         ranks = [n for n in nodes if n in rank_set]
         labels.append(f"<b>machine {m}</b>: {ranks[0]} .. {ranks[-1]}<br>"
-                      + ", ".join(f"{c} {k}" for k, c in sorted(count.items()))
+                      + ", ".join(f"{c} {k}" for k, c in sorted(tally.items()))
                       + ("<br>holds a bottleneck link" if m in hot_machines else ""))
     symbol, colour, _ = NODE_STYLE["gpu"]
     fig.add_trace(plot.scatter(x=list(range(len(machines))), y=[0.0] * len(machines), mode="markers",
@@ -206,19 +215,20 @@ def collapsed_figure(topo: Topology, machines: list[list[str]], *,
                                    "#d62728" if m in hot_machines else colour for m in range(len(machines))],
                                    "line": {"width": 0.5, "color": "#333"}},
                                hovertext=labels, hoverinfo="text", name=f"machine ({len(machines)})"))
-    for kind in sorted({kinds[n] for n in outside}):
-        nodes = [n for n in outside if kinds[n] == kind]
+    for kind in sorted({kinds[i] for i in outside}):
+        nodes = [i for i in outside if kinds[i] == kind]
         symbol, colour, size = NODE_STYLE.get(kind, ("circle", "#7f7f7f", 12))
-        fig.add_trace(plot.scatter(x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
-                                   mode="markers+text" if len(nodes) <= 16 else "markers",
-                                   text=nodes if len(nodes) <= 16 else None, textposition="top center",
+        few = len(nodes) <= 16
+        fig.add_trace(plot.scatter(x=[x_of[i] for i in nodes], y=[y_of[i] for i in nodes],
+                                   mode="markers+text" if few else "markers",
+                                   text=[ids[i] for i in nodes] if few else None, textposition="top center",
                                    marker={"symbol": symbol, "color": colour, "size": size,
                                            "line": {"width": 1, "color": "#333"}},
-                                   hovertext=[f"<b>{n}</b> ({kind}), {len(neighbours.get(n, []))} machines"
-                                              for n in nodes], hoverinfo="text", name=f"{kind} ({len(nodes)})"))
+                                   hovertext=[f"<b>{ids[i]}</b> ({kind}), links to {int(served[i])} machines"
+                                              for i in nodes], hoverinfo="text", name=f"{kind} ({len(nodes)})"))
     fig.update_layout(
         title=f"{topo.name}: {len(topo.ranks)} rank devices on {len(machines)} machines (one marker each), "
-              f"{graph.number_of_edges()} full-duplex links",
+              f"{len(topo.links)} full-duplex links",
         xaxis={"visible": False}, yaxis={"visible": False}, height=420, hovermode="closest",
         legend={"itemsizing": "constant"})
     return fig

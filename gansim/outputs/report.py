@@ -365,7 +365,7 @@ def bottleneck_links(summary: dict[str, Any], topo: Topology) -> dict[tuple[str,
         if "->" not in name:
             continue
         u, v = name.split("->", 1)
-        key = (u, v) if topo.graph.has_edge(u, v) else (v, u)
+        key = (u, v) if topo.has_link(u, v) else (v, u)
         notes.setdefault(tuple(sorted(key)), []).append(
             f"{run_label(run)} ({name}, {run['bottleneck']['utilization']:.0%})")
     return {k: "bottleneck of " + "; ".join(v[:6]) + (f" and {len(v) - 6} more" if len(v) > 6 else "")

@@ -385,22 +385,25 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
         raise ValueError("Out of range float values are not JSON compliant")
     pid_all, tid_all = np.concatenate([r_pid, l_pid]), np.concatenate([r_tid, l_tid])
     event_order = np.lexsort((tid_all, pid_all, ts))
-    for pid, tid, t, lane in zip(r_pid.tolist(), r_tid.tolist(), track.tolist(), lanes[rank_sel].tolist()):
-        if (pid, tid) not in used_threads:
-            used_threads[(pid, tid)] = RANK_TRACKS[t] + (f" #{lane + 1}" if lane else "")
-    for pid, tid, li in zip(l_pid.tolist(), l_tid.tolist(), link[link_sel].tolist()):
-        if (pid, tid) not in used_threads:
-            used_threads[(pid, tid)] = f"link {topo.link_names[li]} ({topo.link_kinds[li]}, " \
-                                       f"{topo.capacity_Bps[li] / 1e9:g} GB/s)"
-    name_json = [json.dumps(name) for name in names]
+    # the threads used: a rank's activity lane, or a link (one thread per directed link)
+    rank_threads = np.unique(np.stack([r_pid, r_tid, track, lanes[rank_sel]], axis=1), axis=0)
+    for pid, tid, t, lane in rank_threads.tolist():
+        used_threads[(pid, tid)] = RANK_TRACKS[t] + (f" #{lane + 1}" if lane else "")
+    for li in np.unique(link[link_sel]).tolist():
+        used_threads[(pid_of[link_src[li]], _LINK_TID + li)] = \
+            f"link {topo.link_names[li]} ({topo.link_kinds[li]}, {topo.capacity_Bps[li] / 1e9:g} GB/s)"
+    name_json = {n: json.dumps(names[n]) for n in set(iv.name[rank_sel].tolist())}
+    args_json: dict[int, str] = {}  # route id -> the "to" and "route" arguments of its sends
     rank_args = []
     for t, rank, route, amount, step in zip(track.tolist(), iv.owner[rank_sel].tolist(),
                                              iv.route[rank_sel].tolist(), iv.amount[rank_sel].tolist(),
                                              iv.step[rank_sel].tolist()):
         if t == 5:
-            _, receiver, hops = path(route, rank)
-            rank_args.append(f',"args":{{"bytes":{amount!r},"step":{step},"to":{json.dumps(receiver)},'
-                             f'"route":{json.dumps(hops)}}}')
+            where = args_json.get(route)
+            if where is None:
+                _, receiver, hops = path(route, rank)
+                where = args_json[route] = f'"to":{json.dumps(receiver)},"route":{json.dumps(hops)}'
+            rank_args.append(f',"args":{{"bytes":{amount!r},"step":{step},{where}}}')
         elif t == 0:
             rank_args.append(f',"args":{{"work_s":{amount!r}}}')
         else:
@@ -418,21 +421,21 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
     events = [f'{heads[i]},"ts":{ts_l[i]!r},"dur":{dur_l[i]!r},"pid":{pid_l[i]},"tid":{tid_l[i]}{args[i]}}}'
               for i in event_order.tolist()]
 
-    meta: list[dict[str, Any]] = []
+    meta: list[str] = []
     rank_of = {node: r for r, node in enumerate(cluster.rank_nodes)}
-    used_pids = sorted({pid for pid, _ in used_threads} | set(rank_pid.tolist()))
+    used_pids = {pid for pid, _ in used_threads} | set(rank_pid.tolist())
     for node in node_ids:
         pid = pid_of[node]
         if pid not in used_pids:
             continue
         kind = topo.nodes[node].kind
-        label = f"{node} ({kind}, rank {rank_of[node]})" if node in rank_of else f"{node} ({kind})"
-        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
-        meta.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
-                     "args": {"sort_index": rank_of.get(node, len(rank_of) + pid)}})
+        label = json.dumps(f"{node} ({kind}, rank {rank_of[node]})" if node in rank_of else f"{node} ({kind})")
+        meta.append(f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,"args":{{"name":{label}}}}}')
+        meta.append(f'{{"name":"process_sort_index","ph":"M","pid":{pid},"tid":0,'
+                    f'"args":{{"sort_index":{rank_of.get(node, len(rank_of) + pid)}}}}}')
     for (pid, tid), label in sorted(used_threads.items()):
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
-        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        meta.append(f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":{json.dumps(label)}}}}}')
+        meta.append(f'{{"name":"thread_sort_index","ph":"M","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}')
     other = {
         "title": title,
         "steps_shown": int(min(steps, timeline.steps)),
@@ -443,7 +446,7 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
         "truncated": bool(total > max_events or until < window),
     }
     compact = {"separators": (",", ":"), "allow_nan": False}
-    return ('{"traceEvents":[' + ",".join([json.dumps(m, **compact) for m in meta] + events)
+    return ('{"traceEvents":[' + ",".join(meta + events)
             + '],"displayTimeUnit":"ms","otherData":' + json.dumps(other, **compact) + "}")
 
 

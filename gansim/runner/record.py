@@ -86,7 +86,7 @@ def utilisation(timeline: RunTimeline) -> tuple[list[dict[str, Any]], dict[str, 
     for i in order:
         if carried[i] <= 0:
             break
-        res = timeline.cluster.resources[i]
+        res = timeline.cluster.resource(i)
         rows.append({"resource": res.name, "kind": res.kind, "utilization": round(float(util[i]), 6)})
     bottleneck = rows[0] if rows else {"resource": None, "kind": None, "utilization": 0.0}
     return rows, bottleneck

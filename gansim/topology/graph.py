@@ -1,22 +1,21 @@
-"""Topology: a networkx graph of full-duplex links, flattened into directed-link arrays
-that the flow network indexes, with cached shortest routes (latency, then hops)."""
+"""Topology: nodes and full-duplex links, flattened into directed-link arrays that the flow
+network indexes, with cached shortest routes (latency, then hops). A networkx graph of it is
+built only when something asks for one (drawings, bisection bandwidth)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple, Sequence, get_args
 
-import networkx as nx
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, dijkstra
 
-from gansim.core.config import LinkSpec, NodeSpec, TopologyFile, parse
+from gansim.core.config import LinkKind, LinkSpec, NodeSpec, TopologyFile, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
 from gansim.core.units import GB
 from gansim.topology.generators import generate
+from gansim.topology.paths import Digraph, components, dijkstra, path_to
 
 US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
@@ -31,24 +30,36 @@ class Route:
     bottleneck_Bps: float
 
 
+class Link(NamedTuple):
+    """One full-duplex link as a topology file or a generator gives it."""
+
+    a: str
+    b: str
+    kind: str
+    bandwidth_GBps: float
+    latency_us: float
+
+
 @dataclass
 class Topology:
     name: str
     description: str
     source: str
     nodes: dict[str, NodeSpec]
-    graph: nx.Graph
+    links: list[Link]  # as given; directed link 2i is links[i].a -> .b, 2i + 1 the way back
     link_names: list[str]  # "a->b" per directed link
     link_kinds: list[str]
     capacity_Bps: np.ndarray
     latency_s: np.ndarray
     ranks: list[str]  # rank devices (gpu/cpu) in file order
+    ends: np.ndarray  # per directed link: (from, to) as indices into `nodes`
     _link_index: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     _routes: dict[tuple[str, str], Route] = field(default_factory=dict, repr=False)
 
     # -- building
     @classmethod
-    def from_specs(cls, spec: TopologyFile, nodes: list[NodeSpec], links: list[LinkSpec], source: str) -> "Topology":
+    def from_specs(cls, spec: TopologyFile, nodes: Sequence[NodeSpec], links: Sequence[Any],
+                   source: str) -> "Topology":
         by_id: dict[str, NodeSpec] = {}
         for i, node in enumerate(nodes):
             if node.id in by_id:
@@ -57,59 +68,67 @@ class Topology:
         for i, node in enumerate(nodes):
             if node.kind == "cpu" and node.host is not None and by_id.get(node.host, None) is None:
                 raise UserInputError(f"unknown host {node.host!r}", source=source, field=f"nodes[{i}].host")
-        graph = nx.Graph()
-        for node in nodes:
-            graph.add_node(node.id, kind=node.kind)
-        names: list[str] = []
-        kinds: list[str] = []
-        caps: list[float] = []
-        lats: list[float] = []
-        index: dict[tuple[str, str], int] = {}
-        for i, link in enumerate(links):
-            for end in ("a", "b"):
-                if getattr(link, end) not in by_id:
+        position = {node_id: i for i, node_id in enumerate(by_id)}
+        rows = [Link(link.a, link.b, link.kind, link.bandwidth_GBps, link.latency_us) for link in links]
+        ends = np.empty((len(rows), 2), dtype=np.int64)
+        for i, link in enumerate(rows):
+            for j, end in enumerate((link.a, link.b)):
+                found = position.get(end)
+                if found is None:
+                    raise UserInputError(f"link end {end!r} is not a node", source=source,
+                                         field=f"links[{i}].{'ab'[j]}")
+                ends[i, j] = found
+        same = np.flatnonzero(ends[:, 0] == ends[:, 1])
+        if same.size:
+            raise UserInputError("a link must join two different nodes", source=source, field=f"links[{same[0]}]")
+        pair = np.sort(ends, axis=1)
+        _, first, counts = np.unique(pair, axis=0, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            keys = pair[:, 0] * len(position) + pair[:, 1]
+            seen: set[int] = set()
+            for i, key in enumerate(keys.tolist()):
+                if key in seen:
+                    link = rows[i]
                     raise UserInputError(
-                        f"link end {getattr(link, end)!r} is not a node", source=source, field=f"links[{i}].{end}"
-                    )
-            if link.a == link.b:
-                raise UserInputError("a link must join two different nodes", source=source, field=f"links[{i}]")
-            if graph.has_edge(link.a, link.b):
-                raise UserInputError(
-                    f"a second link between {link.a} and {link.b}; give one link with the summed bandwidth",
-                    source=source,
-                    field=f"links[{i}]",
-                )
-            graph.add_edge(link.a, link.b, kind=link.kind, bandwidth_GBps=link.bandwidth_GBps,
-                           latency_us=link.latency_us)
+                        f"a second link between {link.a} and {link.b}; give one link with the summed bandwidth",
+                        source=source, field=f"links[{i}]")
+                seen.add(key)
+        names: list[str] = []
+        index: dict[tuple[str, str], int] = {}
+        for link in rows:
             for u, v in ((link.a, link.b), (link.b, link.a)):
                 index[(u, v)] = len(names)
                 names.append(f"{u}->{v}")
-                kinds.append(link.kind)
-                caps.append(link.bandwidth_GBps * GB)
-                lats.append(link.latency_us * US)
         ranks = [n.id for n in nodes if n.kind in RANK_KINDS]
         if not ranks:
             raise UserInputError("the topology has no gpu (or cpu rank) nodes", source=source, field="nodes")
-        if not nx.is_connected(graph):
-            parts = sorted((sorted(c) for c in nx.connected_components(graph)), key=len)
-            raise UserInputError(
-                f"the graph is disconnected: {parts[0][0]!r} cannot reach {parts[-1][0]!r}",
-                source=source,
-                field="links",
-            )
-        return cls(
+        directed = np.empty((2 * len(rows), 2), dtype=np.int64)
+        directed[0::2], directed[1::2] = ends, ends[:, ::-1]
+        topo = cls(
             name=spec.name,
             description=spec.description,
             source=source,
             nodes=by_id,
-            graph=graph,
+            links=rows,
             link_names=names,
-            link_kinds=kinds,
-            capacity_Bps=np.array(caps, dtype=float),
-            latency_s=np.array(lats, dtype=float),
+            link_kinds=[link.kind for link in rows for _ in (0, 1)],
+            capacity_Bps=np.repeat(np.array([link.bandwidth_GBps for link in rows], dtype=float) * GB, 2),
+            latency_s=np.repeat(np.array([link.latency_us for link in rows], dtype=float) * US, 2),
             ranks=ranks,
+            ends=directed,
             _link_index=index,
         )
+        label = components(len(by_id), ends[:, 0], ends[:, 1])
+        parts = int(label.max()) + 1
+        if parts > 1:
+            ids = list(by_id)
+            groups = sorted((sorted(ids[i] for i in np.flatnonzero(label == c)) for c in range(parts)), key=len)
+            raise UserInputError(
+                f"the graph is disconnected: {groups[0][0]!r} cannot reach {groups[-1][0]!r}",
+                source=source,
+                field="links",
+            )
+        return topo
 
     def scaled(self, bandwidth_scale: float) -> "Topology":
         """The same machine with every link's bandwidth multiplied (a what-if axis)."""
@@ -120,11 +139,33 @@ class Topology:
     def replace(self, **changes: Any) -> "Topology":
         """A copy with some fields changed; routes are recomputed lazily (figures may differ)."""
         fields = dict(name=self.name, description=self.description, source=self.source, nodes=self.nodes,
-                      graph=self.graph, link_names=self.link_names, link_kinds=self.link_kinds,
-                      capacity_Bps=self.capacity_Bps, latency_s=self.latency_s, ranks=self.ranks,
+                      links=self.links, link_names=self.link_names, link_kinds=self.link_kinds,
+                      capacity_Bps=self.capacity_Bps, latency_s=self.latency_s, ranks=self.ranks, ends=self.ends,
                       _link_index=self._link_index)
         fields.update(changes)
         return Topology(**fields)
+
+    def part(self, keep: Sequence[str], name: str) -> "Topology":
+        """The topology made of some of its nodes and the links between them."""
+        wanted = set(keep)
+        nodes = [spec for node, spec in self.nodes.items() if node in wanted]
+        links = [link for link in self.links if link.a in wanted and link.b in wanted]
+        return Topology.from_specs(TopologyFile(name=name, description=self.description), nodes, links, self.source)
+
+    @cached_property
+    def graph(self) -> Any:
+        """A networkx graph of the topology: nodes with their kind, links with their kind,
+        bandwidth and latency. networkx is imported here, not at the top: only drawings and
+        `gansim topology show` need it, and its import costs a fifth of a second."""
+        import networkx as nx
+
+        graph = nx.Graph()
+        for node in self.nodes.values():
+            graph.add_node(node.id, kind=node.kind)
+        for link in self.links:
+            graph.add_edge(link.a, link.b, kind=link.kind, bandwidth_GBps=link.bandwidth_GBps,
+                           latency_us=link.latency_us)
+        return graph
 
     # -- queries
     @property
@@ -134,6 +175,13 @@ class Topology:
     def link_index(self, u: str, v: str) -> int:
         return self._link_index[(u, v)]
 
+    def has_link(self, u: str, v: str) -> bool:
+        return (u, v) in self._link_index
+
+    def links_from(self, node: str) -> np.ndarray:
+        """The directed links leaving a node."""
+        return np.flatnonzero(self.ends[:, 0] == list(self.nodes).index(node))
+
     def kind(self, node: str) -> str:
         return self.nodes[node].kind
 
@@ -141,32 +189,43 @@ class Topology:
         return [n for n, spec in self.nodes.items() if spec.kind == "host"]
 
     @cached_property
+    def _weights(self) -> np.ndarray:
+        """Every directed link's routing weight (see _route_weight)."""
+        return np.repeat(_route_weight(np.array([link.latency_us for link in self.links], dtype=float)), 2)
+
+    @cached_property
     def host_of(self) -> dict[str, str]:
-        """The host (CPU root complex) nearest to each rank: where its input batches come from."""
+        """The host (CPU root complex) nearest to each rank: where its input batches come from
+        (the search never passes through another rank device)."""
         result = {rank: self.nodes[rank].host for rank in self.ranks if self.nodes[rank].host is not None}
         hosts = self.hosts()
         if hosts:
-            nodes = self.nodes
-
-            def weight(u: str, v: str, attrs: dict[str, Any]) -> float | None:
-                return None if nodes[u].kind in RANK_KINDS else _route_weight(attrs)
-
-            _, paths = nx.multi_source_dijkstra(self.graph, hosts, weight=weight)
+            ids = list(self.nodes)
+            position = {node: i for i, node in enumerate(ids)}
+            is_rank = np.array([spec.kind in RANK_KINDS for spec in self.nodes.values()])
+            out = ~is_rank[self.ends[:, 0]]
+            graph = Digraph(len(ids), self.ends[out, 0], self.ends[out, 1], self._weights[out])
+            _, _, source = dijkstra(graph, [position[h] for h in hosts])
             for rank in self.ranks:
-                if rank not in result and rank in paths:
-                    result[rank] = paths[rank][0]
+                i = position[rank]
+                if rank not in result and i in source:
+                    result[rank] = ids[source[i]]
         return result
 
     @cached_property
     def machine_of(self) -> dict[str, int]:
         """Ranks that reach each other without a `net` link share a machine (for hierarchical
-        algorithms: a node's GPUs)."""
-        local = nx.subgraph_view(self.graph, filter_edge=lambda u, v: self.graph.edges[u, v]["kind"] != "net")
-        result: dict[str, int] = {}
-        for index, component in enumerate(sorted(nx.connected_components(local), key=min)):
-            for node in component:
-                result[node] = index
-        return result
+        algorithms: a node's GPUs); machines numbered in the order of their first node name."""
+        local = np.array([kind != "net" for kind in self.link_kinds])
+        label = components(len(self.nodes), self.ends[local, 0], self.ends[local, 1])
+        count = int(label.max()) + 1
+        ids = list(self.nodes)
+        order = np.argsort(np.array(ids, dtype=object), kind="stable")  # by name
+        first = np.full(count, len(ids))
+        np.minimum.at(first, label[order], np.arange(len(ids)))
+        number = np.empty(count, dtype=np.int64)
+        number[np.argsort(first)] = np.arange(count)
+        return dict(zip(ids, number[label].tolist()))
 
     def route(self, src: str, dst: str) -> Route:
         key = (src, dst)
@@ -180,36 +239,36 @@ class Topology:
         return self._routes[key]
 
     @cached_property
-    def _routing(self) -> tuple[dict[tuple[str, str], int], list[str], Any]:
+    def _routing(self) -> tuple[dict[tuple[str, str], int], list[str], Digraph]:
         """A directed routing graph as a sparse matrix, in which each rank device is split
         into a source (its edges out) and a sink (its edges in): no GPU relays a peer's
-        copy, so no route passes through one."""
-
-        index: dict[tuple[str, str], int] = {}
-        names: list[str] = []
-
-        def vertex(node: str, role: str) -> int:
-            key = (node, role if self.nodes[node].kind in RANK_KINDS else "")
-            if key not in index:
-                index[key] = len(names)
-                names.append(node)
-            return index[key]
-
-        rows, cols, weights = [], [], []
-        for u, v, attrs in self.graph.edges(data=True):
-            w = _route_weight(attrs)
-            for a, b in ((u, v), (v, u)):
-                rows.append(vertex(a, "out"))
-                cols.append(vertex(b, "in"))
-                weights.append(w)
-        matrix = csr_matrix((weights, (rows, cols)), shape=(len(names), len(names)))
-        return index, names, matrix
+        copy, so no route passes through one. Vertices are numbered as they first appear
+        when the links are taken node by node (file order), each node's links in file order."""
+        ids = list(self.nodes)
+        is_rank = np.array([spec.kind in RANK_KINDS for spec in self.nodes.values()], dtype=np.int64)
+        a, b = self.ends[0::2, 0], self.ends[0::2, 1]
+        order = np.lexsort((np.arange(a.size), np.minimum(a, b)))
+        u, v = np.minimum(a, b)[order], np.maximum(a, b)[order]
+        weight = self._weights[0::2][order]
+        # a vertex key is node * 2 + 1 for the sink of a rank device, node * 2 otherwise
+        u_out, v_in, v_out, u_in = 2 * u, 2 * v + is_rank[v], 2 * v, 2 * u + is_rank[u]
+        sequence = np.stack([u_out, v_in, v_out, u_in], axis=1).ravel()
+        keys, first = np.unique(sequence, return_index=True)
+        keys = keys[np.argsort(first)]  # in order of first appearance
+        vertex = np.empty(2 * len(ids), dtype=np.int64)
+        vertex[keys] = np.arange(keys.size)
+        rows = np.stack([vertex[u_out], vertex[v_out]], axis=1).ravel()
+        cols = np.stack([vertex[v_in], vertex[u_in]], axis=1).ravel()
+        names = [ids[k >> 1] for k in keys.tolist()]
+        index = {(ids[k >> 1], ("in" if k & 1 else "out") if is_rank[k >> 1] else ""): i
+                 for i, k in enumerate(keys.tolist())}
+        return index, names, Digraph(len(names), rows, cols, np.repeat(weight, 2))
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
-        """Routes for many (src, dst) pairs at once, computed in C (scipy's Dijkstra): one
-        search per distinct source, or, on a graph with hubs (network switches linked to
-        more than HUB_DEGREE nodes, whose every search would cross all of their links),
-        one search from and one to each hub plus one inside each hub-free part."""
+        """Routes for many (src, dst) pairs at once: one search per distinct source, each
+        stopping at its last destination; or, on a graph with hubs (network switches linked
+        to more than HUB_DEGREE nodes, whose every search would cross all of their links),
+        one search from and one to each hub plus one per source that stays off the hubs."""
         missing = sorted({p for p in pairs if p not in self._routes and p[0] != p[1]})
         if missing:
             if self._hub_routing is not None:
@@ -233,110 +292,77 @@ class Topology:
                               source=self.source, field="links")
 
     def _routes_by_source(self, missing: list[tuple[str, str]]) -> None:
-        _, _, matrix = self._routing
-        sources = sorted({src for src, _ in missing})
-        for first in range(0, len(sources), 256):
-            batch = sources[first:first + 256]
-            dist, pred = dijkstra(matrix, directed=True, indices=[self._vertex(s, "out") for s in batch],
-                                  return_predecessors=True)
-            row_of = {s: i for i, s in enumerate(batch)}
-            for src, dst in missing:
-                if src not in row_of:
-                    continue
-                row = row_of[src]
-                target = self._vertex(dst, "in")
-                if not np.isfinite(dist[row, target]):
+        graph = self._routing[2]
+        by_source: dict[str, list[str]] = {}
+        for src, dst in missing:
+            by_source.setdefault(src, []).append(dst)
+        for src, dsts in by_source.items():
+            start = self._vertex(src, "out")
+            targets = {dst: self._vertex(dst, "in") for dst in dsts}
+            dist, pred, _ = dijkstra(graph, [start], targets=targets.values())
+            for dst, target in targets.items():
+                if target not in dist:
                     raise self._no_route(src, dst)
-                path = [target]
-                while pred[row, path[-1]] >= 0:
-                    path.append(int(pred[row, path[-1]]))
-                self._store(src, dst, path[::-1])
+                self._store(src, dst, path_to(pred, start, target))
 
     @cached_property
     def _hub_routing(self) -> "_HubRouting | None":
-        _, names, matrix = self._routing
-        degree = np.diff(matrix.indptr)
-        hubs = np.flatnonzero(degree > HUB_DEGREE)
-        if hubs.size == 0:
+        graph = self._routing[2]
+        hubs = np.flatnonzero(graph.degree() > HUB_DEGREE).tolist()
+        if not hubs:
             return None
-        from_hub, from_pred = dijkstra(matrix, directed=True, indices=hubs, return_predecessors=True)
-        to_hub, to_pred = dijkstra(matrix.T.tocsr(), directed=True, indices=hubs, return_predecessors=True)
-        coo = matrix.tocoo()
-        is_hub = np.zeros(len(names), dtype=bool)
-        is_hub[hubs] = True
-        keep = ~(is_hub[coo.row] | is_hub[coo.col])
-        local = csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=matrix.shape)
-        _, part = connected_components(local, directed=True, connection="weak")
-        return _HubRouting(hubs, from_hub, from_pred, to_hub, to_pred, local, part, np.bincount(part))
+        backwards = graph.reversed()
+        from_hub = [dijkstra(graph, [h])[:2] for h in hubs]
+        to_hub = [dijkstra(backwards, [h])[:2] for h in hubs]
+        return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs))
 
     def _routes_via_hubs(self, missing: list[tuple[str, str]]) -> None:
         """A shortest route either crosses some hub h (then it is a shortest route to h
-        followed by one from h) or stays inside one hub-free part of the graph."""
+        followed by one from h) or never enters a hub: the shorter of the two, the route
+        that stays off the hubs where they are as short (then the first hub's)."""
         hub = self._hub_routing
         assert hub is not None
-        src = np.array([self._vertex(s, "out") for s, _ in missing], dtype=np.int64)
-        dst = np.array([self._vertex(d, "in") for _, d in missing], dtype=np.int64)
-        via = hub.to_hub[:, src] + hub.from_hub[:, dst]
-        best = via.argmin(axis=0)
-        best_via = via[best, np.arange(src.size)]
-        local_dist = np.full(src.size, np.inf)
-        local_path: dict[int, list[int]] = {}
-        same = np.flatnonzero(hub.part[src] == hub.part[dst])
-        # one search per distinct source inside the hub-free parts, a few parts at a time
-        parts = np.unique(hub.part[src[same]])
-        part_sizes = hub.part_sizes[parts]
-        groups = np.cumsum(part_sizes) // 4096
-        for g in np.unique(groups):
-            members = np.flatnonzero(np.isin(hub.part, parts[groups == g]))
-            block = hub.local[members][:, members]
-            position = np.full(hub.part.size, -1, dtype=np.int64)
-            position[members] = np.arange(members.size)
-            mine = same[position[src[same]] >= 0]
-            sources = np.unique(src[mine])
-            dist, pred = dijkstra(block, directed=True, indices=position[sources], return_predecessors=True)
-            rows = np.searchsorted(sources, src[mine])
-            for i, row in zip(mine.tolist(), rows.tolist()):
-                target = int(position[dst[i]])
-                local_dist[i] = dist[row, target]
-                if np.isfinite(local_dist[i]) and local_dist[i] <= best_via[i]:
-                    path = [target]
-                    while pred[row, path[-1]] >= 0:
-                        path.append(int(pred[row, path[-1]]))
-                    local_path[i] = [int(members[v]) for v in reversed(path)]
-        for i, (s, d) in enumerate(missing):
-            if i in local_path:
-                self._store(s, d, local_path[i])
-                continue
-            if not np.isfinite(best_via[i]):
-                raise self._no_route(s, d)
-            h = int(best[i])
-            centre = int(hub.hubs[h])
-            path = [int(src[i])]
-            while path[-1] != centre:
-                path.append(int(hub.to_pred[h, path[-1]]))
-            back = [int(dst[i])]
-            while back[-1] != centre:
-                back.append(int(hub.from_pred[h, back[-1]]))
-            self._store(s, d, path + back[-2::-1])
+        graph = self._routing[2]
+        by_source: dict[str, list[str]] = {}
+        for src, dst in missing:
+            by_source.setdefault(src, []).append(dst)
+        for src, dsts in by_source.items():
+            start = self._vertex(src, "out")
+            targets = {dst: self._vertex(dst, "in") for dst in dsts}
+            local_dist, local_pred, _ = dijkstra(graph, [start], targets=targets.values(), skip=hub.skip)
+            for dst, target in targets.items():
+                best, best_hub = local_dist.get(target, np.inf), -1
+                for h, ((from_dist, _), (to_dist, _)) in enumerate(zip(hub.from_hub, hub.to_hub)):
+                    via = to_dist.get(start, np.inf) + from_dist.get(target, np.inf)
+                    if via < best:
+                        best, best_hub = via, h
+                if not np.isfinite(best):
+                    raise self._no_route(src, dst)
+                if best_hub < 0:
+                    self._store(src, dst, path_to(local_pred, start, target))
+                    continue
+                centre = hub.hubs[best_hub]
+                towards = hub.to_hub[best_hub][1]  # on the reversed graph: the next vertex towards the hub
+                path = [start]
+                while path[-1] != centre:
+                    path.append(towards[path[-1]])
+                self._store(src, dst, path + path_to(hub.from_hub[best_hub][1], centre, target)[1:])
 
 
 @dataclass(frozen=True)
 class _HubRouting:
-    """Shortest routes from and to every hub, and the graph without its hubs."""
+    """Shortest routes from and to every hub: per hub, (distance, predecessor) of every
+    vertex, the routes to it taken on the reversed graph."""
 
-    hubs: np.ndarray  # routing vertices
-    from_hub: np.ndarray  # (hubs, vertices) distances from each hub
-    from_pred: np.ndarray
-    to_hub: np.ndarray  # (hubs, vertices) distances to each hub
-    to_pred: np.ndarray  # on the reversed graph: the next vertex towards the hub
-    local: Any  # the routing matrix without the hubs' edges
-    part: np.ndarray  # per vertex, its hub-free part
-    part_sizes: np.ndarray  # vertices per part
+    hubs: list[int]  # routing vertices
+    from_hub: list[tuple[dict[int, float], dict[int, int]]]
+    to_hub: list[tuple[dict[int, float], dict[int, int]]]
+    skip: frozenset[int]
 
 
-def _route_weight(attrs: dict[str, Any]) -> float:
+def _route_weight(latency_us: np.ndarray) -> np.ndarray:
     # latency first (whole picoseconds), then the hop count breaks ties
-    return round(attrs["latency_us"] * 1e6) * 1e6 + 1.0
+    return np.round(latency_us * 1e6) * 1e6 + 1.0
 
 
 def load_topology(name_or_path: str, *, source: str | None = None, field: str | None = None) -> Topology:
@@ -350,11 +376,25 @@ def topology_from_dict(data: dict[str, Any], source: str) -> Topology:
     if spec.generator is not None:
         built = generate(spec.generator, spec.params, source=source)
         nodes = [parse(NodeSpec, n, source) for n in built["nodes"]]
-        links = [parse(LinkSpec, link, source) for link in built["links"]]
+        links: Sequence[Any] = _generated_links(built["links"], source)
     else:
         assert spec.nodes is not None and spec.links is not None
         nodes, links = spec.nodes, spec.links
     return Topology.from_specs(spec, nodes, links, source)
+
+
+def _generated_links(links: list[dict[str, Any]], source: str) -> list[Link]:
+    """A generator's links, checked as a topology file's are (LinkSpec) but all at once:
+    a generator of 16,384 GPUs makes 80,000 of them."""
+    rows = [Link(**link) for link in links]
+    bandwidth = np.array([row.bandwidth_GBps for row in rows], dtype=float)
+    latency = np.array([row.latency_us for row in rows], dtype=float)
+    kinds = set(get_args(LinkKind))
+    bad = ~(np.isfinite(bandwidth) & (bandwidth > 0) & np.isfinite(latency) & (latency >= 0))
+    bad |= np.array([row.kind not in kinds for row in rows], dtype=bool)
+    for i in np.flatnonzero(bad)[:1]:
+        parse(LinkSpec, links[i], source)  # says what is wrong with it
+    return rows
 
 
 def summarize(topo: Topology) -> dict[str, Any]:
@@ -384,6 +424,8 @@ def summarize(topo: Topology) -> dict[str, Any]:
 def bisection(topo: Topology) -> dict[str, Any]:
     """Bandwidth (per direction) of the minimum cut between the first half of the ranks and
     the second half, in rank order: what an all-to-all across the two halves can use."""
+    import networkx as nx  # only `gansim topology show` needs it (see Topology.graph)
+
     ranks = topo.ranks
     half = len(ranks) // 2
     if half == 0:
