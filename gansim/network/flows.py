@@ -41,6 +41,8 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     if pair_flow.size == 0:
         return rates
     used, local = np.unique(pair_res, return_inverse=True)
+    if used.size == pair_res.size:
+        return _unshared_rates(pair_flow, capacity[pair_res], flows)
     remaining = capacity[used].astype(float)
     frozen = np.zeros(flows, dtype=bool)
     # a flow with an empty route (src == dst) is never constrained
@@ -65,6 +67,21 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
         remaining -= level * np.bincount(local[newly_pairs], minlength=used.size)
         np.maximum(remaining, 0.0, out=remaining)
         active_pairs &= ~newly_pairs
+    return rates
+
+
+def _unshared_rates(pair_flow: np.ndarray, pair_capacity: np.ndarray, flows: int) -> np.ndarray:
+    """max_min_rates when no resource carries two flows: the same levels, frozen with the
+    same tolerance, from each flow's slowest resource alone."""
+    slowest = np.full(flows, np.inf)  # a flow with an empty route is never constrained
+    np.minimum.at(slowest, pair_flow, pair_capacity)
+    rates = np.empty(flows)
+    left = np.ones(flows, dtype=bool)
+    while left.any():
+        level = slowest[left].min()
+        hit = left & (slowest <= level * (1 + 1e-12))
+        rates[hit] = level
+        left &= ~hit
     return rates
 
 

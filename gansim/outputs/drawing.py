@@ -28,6 +28,7 @@ LABEL_MAX_NODES = 80
 LINK_LABEL_MAX_LINKS = 48
 # above this many rank devices, on more than one machine, machines are drawn collapsed
 COLLAPSE_MIN_RANKS = 64
+GROUP = 8  # rank devices drawn as one where machines hold one each
 
 
 # vertical level of each node kind around the rank devices (y = 0)
@@ -130,19 +131,24 @@ def topology_figures(topo: Topology, *, highlight: dict[tuple[str, str], str] | 
 
 
 def _machines(topo: Topology) -> list[list[str]]:
-    """The nodes of each machine that holds rank devices, machines in rank order."""
+    """The nodes of each machine that holds rank devices, machines in rank order; where
+    every machine is a single rank device (GPUs straight on a network), eight at a time."""
     machine = topo.machine_of
     members: dict[int, list[str]] = {}
     for node in topo.nodes:
         members.setdefault(machine[node], []).append(node)
-    with_ranks = list(dict.fromkeys(machine[r] for r in topo.ranks))
-    return [members[m] for m in with_ranks]
+    with_ranks = [members[m] for m in dict.fromkeys(machine[r] for r in topo.ranks)]
+    ranks = set(topo.ranks)
+    if all(sum(n in ranks for n in nodes) == 1 for nodes in with_ranks):
+        with_ranks = [sum(with_ranks[i:i + GROUP], []) for i in range(0, len(with_ranks), GROUP)]
+    return with_ranks
 
 
 def collapsed_figure(topo: Topology, machines: list[list[str]], *,
                      highlight: dict[tuple[str, str], str] | None = None) -> Figure:
-    """One marker per machine on a row, the nodes outside machines (network switches)
-    above them, one line per machine and outside node for the links between them."""
+    """One marker per machine (or group of GPUs, see _machines) on a row, the nodes outside
+    them (network switches) above, one line per machine and outside node for the links
+    between them."""
     ids = list(topo.nodes)
     position = {node: i for i, node in enumerate(ids)}
     kinds = [spec.kind for spec in topo.nodes.values()]

@@ -150,7 +150,8 @@ class Topology:
         wanted = set(keep)
         nodes = [spec for node, spec in self.nodes.items() if node in wanted]
         links = [link for link in self.links if link.a in wanted and link.b in wanted]
-        return Topology.from_specs(TopologyFile(name=name, description=self.description), nodes, links, self.source)
+        return Topology.from_specs(TopologyFile.model_construct(name=name, description=self.description), nodes,
+                                   links, self.source)
 
     @cached_property
     def graph(self) -> Any:
