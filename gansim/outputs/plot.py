@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 TEMPLATE = "plotly_white"
+# ColorBrewer's YlOrRd, light to dark, as plotly's Python package spells it out (plotly.js's
+# own "YlOrRd" runs the other way)
+YL_OR_RD = [[i / 8, c] for i, c in enumerate([
+    "rgb(255,255,204)", "rgb(255,237,160)", "rgb(254,217,118)", "rgb(254,178,76)", "rgb(253,141,60)",
+    "rgb(252,78,42)", "rgb(227,26,28)", "rgb(189,0,38)", "rgb(128,0,38)"])]
 
 
 def _package_file(*parts: str) -> Path:

@@ -247,7 +247,7 @@ def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
         hover = [[f"{y[a]}<br>{names[b]} ({topo.link_kinds[b]}, "
                   f"{topo.capacity_Bps[b] / 1e9:g} GB/s): {z[a][b]:.1%}" for b in range(len(names))]
                  for a in range(len(rows))]
-        fig = Figure(plot.heatmap(z=z, x=names, y=y, colorscale="YlOrRd", zmin=0, zmax=1,
+        fig = Figure(plot.heatmap(z=z, x=names, y=y, colorscale=plot.YL_OR_RD, zmin=0, zmax=1,
                                   colorbar={"title": "utilisation", "tickformat": ".0%"},
                                   hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
         mark_x, mark_y, mark_text, ring_x, ring_y, ring_text = [], [], [], [], [], []
@@ -304,7 +304,7 @@ def _tier_figure(name: str, topo: Topology, runs: list[dict[str, Any]], details:
         hover.append([f"{label}<br>{tiers[t]}: {size[t]} links, {int(used[t])} used<br>busiest "
                       f"{topo.link_names[j]} ({topo.capacity_Bps[j] / 1e9:g} GB/s): {peak[t]:.1%}, "
                       f"mean {mean[t]:.1%}" for t, j in enumerate(first)])
-    fig = Figure(plot.heatmap(z=z, x=tiers, y=y, colorscale="YlOrRd", zmin=0, zmax=1, text=text,
+    fig = Figure(plot.heatmap(z=z, x=tiers, y=y, colorscale=plot.YL_OR_RD, zmin=0, zmax=1, text=text,
                               texttemplate="%{text}", textfont={"size": 9},
                               colorbar={"title": "busiest link", "tickformat": ".0%"},
                               hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
