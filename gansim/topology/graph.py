@@ -272,10 +272,7 @@ class Topology:
         one search from and one to each hub plus one per source that stays off the hubs."""
         missing = sorted({p for p in pairs if p not in self._routes and p[0] != p[1]})
         if missing:
-            if self._hub_routing is not None:
-                self._routes_via_hubs(missing)
-            else:
-                self._routes_by_source(missing)
+            self._search_routes(missing)
         return [self.route(src, dst) for src, dst in pairs]
 
     def _vertex(self, node: str, role: str) -> int:
@@ -292,37 +289,21 @@ class Topology:
         return UserInputError(f"no route from {src} to {dst} that does not pass through another GPU",
                               source=self.source, field="links")
 
-    def _routes_by_source(self, missing: list[tuple[str, str]]) -> None:
-        graph = self._routing[2]
-        by_source: dict[str, list[str]] = {}
-        for src, dst in missing:
-            by_source.setdefault(src, []).append(dst)
-        for src, dsts in by_source.items():
-            start = self._vertex(src, "out")
-            targets = {dst: self._vertex(dst, "in") for dst in dsts}
-            dist, pred, _ = dijkstra(graph, [start], targets=targets.values())
-            for dst, target in targets.items():
-                if target not in dist:
-                    raise self._no_route(src, dst)
-                self._store(src, dst, path_to(pred, start, target))
-
     @cached_property
-    def _hub_routing(self) -> "_HubRouting | None":
+    def _hub_routing(self) -> "_HubRouting":
         graph = self._routing[2]
         hubs = np.flatnonzero(graph.degree() > HUB_DEGREE).tolist()
-        if not hubs:
-            return None
-        backwards = graph.reversed()
+        backwards = graph.reversed() if hubs else graph
         from_hub = [dijkstra(graph, [h])[:2] for h in hubs]
         to_hub = [dijkstra(backwards, [h])[:2] for h in hubs]
         return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs))
 
-    def _routes_via_hubs(self, missing: list[tuple[str, str]]) -> None:
+    def _search_routes(self, missing: list[tuple[str, str]]) -> None:
         """A shortest route either crosses some hub h (then it is a shortest route to h
         followed by one from h) or never enters a hub: the shorter of the two, the route
-        that stays off the hubs where they are as short (then the first hub's)."""
+        that stays off the hubs where they are as short (then the first hub's). Without
+        hubs, that is one search per source."""
         hub = self._hub_routing
-        assert hub is not None
         graph = self._routing[2]
         by_source: dict[str, list[str]] = {}
         for src, dst in missing:
@@ -352,8 +333,8 @@ class Topology:
 
 @dataclass(frozen=True)
 class _HubRouting:
-    """Shortest routes from and to every hub: per hub, (distance, predecessor) of every
-    vertex, the routes to it taken on the reversed graph."""
+    """Shortest routes from and to every hub (none on a graph without hubs): per hub,
+    (distance, predecessor) of every vertex, the routes to it taken on the reversed graph."""
 
     hubs: list[int]  # routing vertices
     from_hub: list[tuple[dict[int, float], dict[int, int]]]
