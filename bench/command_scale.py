@@ -41,24 +41,39 @@ KINDS = {
 }
 
 
-def measure(command: list[str], repeats: int) -> dict[str, float]:
+def measure(command: list[str], repeats: int, timeout_s: float | None = None) -> dict[str, float]:
     """Median wall s, CPU s and peak RSS (MB) of `command` over `repeats` runs, each run's
-    figures from wait4: the process and every child it waited for."""
+    figures from wait4: the process and every child it waited for. A run past `timeout_s`
+    is stopped and its figures are marked with "timed_out" (lower bounds)."""
     walls, cpus, peaks = [], [], []
+    timed_out = False
     for _ in range(repeats):
         with tempfile.TemporaryFile() as log:
             start = time.perf_counter()
-            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-            _, status, usage = os.wait4(proc.pid, 0)
+            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if timeout_s is not None and time.perf_counter() - start > timeout_s:
+                    os.killpg(proc.pid, 9)  # the command and its worker processes
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    timed_out = True
+                    break
+                time.sleep(0.02)
             walls.append(time.perf_counter() - start)
             proc.returncode = os.waitstatus_to_exitcode(status)
+            if timed_out:
+                cpus.append(usage.ru_utime + usage.ru_stime)
+                peaks.append(usage.ru_maxrss / 1024)
+                break
             if proc.returncode != 0:
                 log.seek(0)
                 raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{log.read().decode()[-2000:]}")
         cpus.append(usage.ru_utime + usage.ru_stime)
         peaks.append(usage.ru_maxrss / 1024)  # kB on Linux
     return {"wall": statistics.median(walls), "wall_min": min(walls), "wall_max": max(walls),
-            "cpu": statistics.median(cpus), "rss": statistics.median(peaks)}
+            "cpu": statistics.median(cpus), "rss": statistics.median(peaks), "timed_out": timed_out}
 
 
 def scenario_file(folder: Path, name: str, topology: dict, workload, algorithm: str, gpus: int, steps: int,
@@ -83,6 +98,8 @@ def main() -> int:
     parser.add_argument("--gan", default="paper-mlp-gan,dcgan", help="GAN workloads ('' for none)")
     parser.add_argument("--gan-gpus", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout-s", type=float, default=None,
+                        help="stop a command that runs longer (its figures are then lower bounds, marked >)")
     args = parser.parse_args()
     gansim = [sys.executable, "-m", "gansim"]
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -104,7 +121,7 @@ def main() -> int:
                                         workload, "ring", args.gan_gpus, 10, {"overlap": True})))
         for kind, algorithm, workload, gpus, path in cases:
             out = folder / "out" / path.stem
-            figures = measure(gansim + ["simulate", str(path), "--out", str(out)], args.repeats)
+            figures = measure(gansim + ["simulate", str(path), "--out", str(out)], args.repeats, args.timeout_s)
             rows.append((kind, algorithm, workload, gpus, figures))
             print(f"  {kind:<9} {algorithm:<18} {gpus:>6} GPUs {workload:<34} wall {figures['wall']:6.2f} s  "
                   f"CPU {figures['cpu']:6.2f} s  peak {figures['rss']:7.0f} MB", file=sys.stderr, flush=True)
@@ -122,8 +139,9 @@ def main() -> int:
         growth_t = f"{f['wall'] / before['wall']:.2f}" if before else ""
         growth_m = f"{f['rss'] / before['rss']:.2f}" if before else ""
         previous[key] = f
-        print(f"| {kind} | {algorithm} | {workload} | {gpus} | {f['wall']:.2f} ({f['wall_min']:.2f}-"
-              f"{f['wall_max']:.2f}) | {f['cpu']:.2f} | {f['rss']:.0f} | {growth_t} | {growth_m} |")
+        more = ">" if f["timed_out"] else ""
+        print(f"| {kind} | {algorithm} | {workload} | {gpus} | {more}{f['wall']:.2f} ({f['wall_min']:.2f}-"
+              f"{f['wall_max']:.2f}) | {more}{f['cpu']:.2f} | {more}{f['rss']:.0f} | {growth_t} | {growth_m} |")
     return 0
 
 
