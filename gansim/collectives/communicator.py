@@ -16,7 +16,7 @@ from gansim.collectives.closed_forms import (
     paper_allreduce_time,
 )
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
-from gansim.collectives.uncontended import PlayPlan, UncontendedPlay
+from gansim.collectives.uncontended import PlayPlan, TransferBudget, UncontendedPlay
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
@@ -51,12 +51,13 @@ class Communicator:
     gamma_s_per_byte: float = 0.0
     element_bytes: int = 4
     # all-reduces of at least this many transfers that nothing contends with are played
-    # by gansim/collectives/uncontended.py (None: never), keeping their first
-    # `keep_transfers` transfers for the run's details
+    # by gansim/collectives/uncontended.py (None: never), keeping the run's first
+    # `keep_transfers` transfers, in all, for its details
     uncontended_min_transfers: int | None = None
     keep_transfers: int = 0
     spans: list[CollectiveSpan] = field(default_factory=list)
     _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
+    _budget: TransferBudget | None = None
     # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
     # plan, or None where it is contended
     _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
@@ -155,7 +156,9 @@ def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str)
             and schedule.transfers() >= comm.uncontended_min_transfers):
         plan = comm.play_plan(schedule, nbytes)
         if plan is not None:
-            play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm.keep_transfers)
+            if comm._budget is None:
+                comm._budget = TransferBudget(comm.keep_transfers)
+            play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget)
             return play_uncontended(comm, entry, play, label)
     return play_schedule(comm, entry, schedule, nbytes, label)
 

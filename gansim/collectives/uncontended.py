@@ -135,13 +135,21 @@ class PlayPlan:
 
 
 @dataclass
+class TransferBudget:
+    """How many more transfers the plays of a run may keep for its details: the first
+    ones are all a trace shows (a later play's are never in its window)."""
+
+    left: int = 0
+
+
+@dataclass
 class UncontendedPlay:
     """One collective played by the recurrence (see the module's docstring)."""
 
     plan: PlayPlan
     gamma_s_per_byte: float
     entry: np.ndarray  # per rank: the task after which it joins (-1: from the start)
-    keep_transfers: int = 0  # how many of the first transfers to record for the details
+    budget: TransferBudget = field(default_factory=TransferBudget)  # transfers it may keep
     exit_times: np.ndarray | None = None
     early_exit: bool = False  # a rank would have left before the last one joined
     recorded: Recorded | None = None
@@ -165,7 +173,7 @@ class UncontendedPlay:
             kept: list[np.ndarray] | None = [] if plan.schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
         first_start: list[np.ndarray | None] = [None] * len(shapes)
         last_end: list[np.ndarray | None] = [None] * len(shapes)
-        recording = _Recorder(self.keep_transfers)
+        recording = _Recorder(self.budget.left)
         gamma = self.gamma_s_per_byte
         for k, step in enumerate(plan.schedule.steps):
             index = step_shape[k]
@@ -207,6 +215,7 @@ class UncontendedPlay:
         if fill:
             plan.carried, plan.durations = carried, kept
         self.recorded = recording.result(self)
+        self.budget.left = max(self.budget.left - recording.count, 0)
         self.exit_times = t[:p].copy()
         self.early_exit = bool((self.exit_times < now).any())
         return self.exit_times

@@ -28,8 +28,8 @@ TimelineDetails = Callable[..., dict[str, Any]]
 # What comes back beside a run's record, from the least to the most: nothing; every link's
 # utilisation; also the Gantt of the first steps; also the Chrome trace.
 DETAIL_LEVELS = ("none", "links", "gantt", "full")
-# A collective played without the flow network keeps this many of its first transfers for
-# the "full" details (the Chrome trace shows at most 25,000 events of a run).
+# Collectives played without the flow network keep this many of the run's first transfers,
+# in all, for the "full" details (the Chrome trace shows at most 25,000 events of a run).
 FULL_DETAIL_TRANSFERS = 50_000
 
 
@@ -99,7 +99,7 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
     """Simulate one point. `workload` (a workload and its phase times) replaces the
     scenario's workload, for predictions from a calibration profile; `on_timeline` sees
     the raw timeline before it is dropped (for traces and per-link figures), which keeps
-    the first `keep_transfers` transfers of collectives played without the flow network."""
+    the first `keep_transfers` transfers of the collectives played without the flow network."""
     topo = topology.scaled(s.link_bandwidth_scale)
     batch = s.batch_per_gpu(gpus)
     given_phases = None
