@@ -35,7 +35,7 @@ from gansim.collectives.schedules import Schedule, Step
 from gansim.network.cluster import Cluster
 
 # Schedules with fewer transfers are played on the flow network, as they always were.
-UNCONTENDED_MIN_TRANSFERS = 1 << 12
+UNCONTENDED_MIN_TRANSFERS = 1 << 10
 
 
 # A plan keeps every step's transfer times (bytes / rate) when the schedule has at most this
