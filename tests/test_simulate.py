@@ -103,11 +103,12 @@ def test_allreduce_workload_step_time_equals_allreduce_time(write_yaml):
 def test_sweep_axes_multiply_and_are_recorded(write_yaml):
     path = write_yaml("s.yaml", {"name": "s", "topology": "paper-gtx1080ti-pcie", "workload": "paper-mlp-gan",
                                  "gpus": [2, 4], "algorithms": ["ring", "tree"], "steps": 2,
-                                 "sweep": {"link_bandwidth_scale": [0.5, 2.0], "per_gpu_batch": [32, 64]}})
+                                 "sweep": {"link_bandwidth_scale": [0.25, 1.0], "per_gpu_batch": [32, 64]}})
     summary = simulate_scenario(load_scenario(str(path)))
     assert len(summary["runs"]) == 2 * 2 * 2 * 2
-    slow = [r for r in summary["runs"] if r["sweep"] == {"link_bandwidth_scale": 0.5, "per_gpu_batch": 64}]
-    fast = [r for r in summary["runs"] if r["sweep"] == {"link_bandwidth_scale": 2.0, "per_gpu_batch": 64}]
+    # (above 1.0 the box's host memory, which bytes without peer-to-peer are staged in, binds)
+    slow = [r for r in summary["runs"] if r["sweep"] == {"link_bandwidth_scale": 0.25, "per_gpu_batch": 64}]
+    fast = [r for r in summary["runs"] if r["sweep"] == {"link_bandwidth_scale": 1.0, "per_gpu_batch": 64}]
     for a, b in zip(slow, fast):
         assert a["allreduce_time_s"] > 3 * b["allreduce_time_s"]  # 4x the bandwidth, latency aside
 
