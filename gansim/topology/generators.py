@@ -350,8 +350,8 @@ class MultiNodeParams(_Params):
     nic_pcie_bandwidth_GBps: float = Field(31.5, gt=0, description="GPU <-> its NIC (GPUDirect RDMA), line rate "
                                                                    "(PCIe 4.0 x16)")
     nic_pcie_latency_us: float = Field(1.0, ge=0)
-    nics_per_node: int | None = Field(None, ge=1, description="NICs (rails) per node, each serving an equal "
-                                                              "share of the GPUs; default one per GPU")
+    nics_per_node: int | None = Field(None, ge=1, le=64, description="NICs (rails) per node, each serving an "
+                                                                     "equal share of the GPUs; default one per GPU")
 
     @field_validator("gpus_per_node")
     @classmethod
@@ -396,11 +396,13 @@ def _multi_node(p: MultiNodeParams) -> dict:
         b = _Builder(prefix=f"n{n}.")
         gpus = build_intra(intra, b)
         hosts = [node["id"] for node in b.nodes if node["kind"] == "host"]
-        nics = min(p.nics_per_node or len(gpus), len(gpus))
+        nics = p.nics_per_node or len(gpus)
         for k in range(nics):
             nic = b.node(f"nic{k}", "nic")
-            # NIC k serves GPUs [k g / n, (k+1) g / n): a rail of a rail-optimised cluster
-            for g in gpus[k * len(gpus) // nics:(k + 1) * len(gpus) // nics]:
+            # fewer NICs than GPUs: NIC k serves GPUs [k g / n, (k+1) g / n) (a rail of a
+            # rail-optimised cluster); more: GPU k g / n has n / g NICs of its own
+            served = gpus[k * len(gpus) // nics:(k + 1) * len(gpus) // nics] or [gpus[k * len(gpus) // nics]]
+            for g in served:
                 b.link(g, nic, "pcie", p.nic_pcie_bandwidth_GBps, p.nic_pcie_latency_us)
             b.link(nic, switch, "net", p.nic_bandwidth_GBps, p.nic_latency_us)
             if hosts:
