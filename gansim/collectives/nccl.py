@@ -201,6 +201,11 @@ def _ring_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     graph = machine.ring
     per_hop = nbytes * bus_factor(coll, machine.ranks) / choice.channels  # what each ring hop carries
+    hops = []
+    for c in range(choice.channels):
+        nic_in, nic_out = graph.nics[c % len(graph.nics)] if graph.nics else (0, 0)
+        hops += [(a, b, (nic_out, nic_in)) for a, b in ring_order_hops(graph.orders[c % len(graph.orders)], coll)]
+    machine.prefetch(hops)
     flows = []
     for c in range(choice.channels):
         order = graph.orders[c % len(graph.orders)]
@@ -258,6 +263,9 @@ def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: C
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     per_edge = nbytes / choice.channels  # reduced up, then broadcast down, on every edge
     ring = machine.ring
+    machine.prefetch([(x, y, (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None)
+                      for c in range(choice.channels) for child, parent in tree_edges(machine, c)
+                      for x, y in ((child, parent), (parent, child))])
     flows = []
     for c in range(choice.channels):
         nic = (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None  # the chain head's NIC

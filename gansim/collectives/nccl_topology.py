@@ -67,7 +67,7 @@ MAXCHANNELS = 64
 RING_MAX_CHANNELS = 32
 NCCL_MAX_NVLS_ARITY = 32  # device.h
 # search.cc bounds how long it looks (NCCL_SEARCH_TIMEOUT 1 << 14 steps); so do we
-SEARCH_BUDGET = 1 << 16
+SEARCH_BUDGET = 1 << 14
 # What SHM gets of a PCI path: "using NICs instead of SHM you would always stay within the PCI
 # switch and achieve 12GB/s instead of 9 or 6" (S. Jeaugey on a 12 GB/s PCIe 3.0 system,
 # https://github.com/NVIDIA/nccl/issues/406): 9 of 12 through one CPU (PHB), 6 across two (SYS).
@@ -304,6 +304,10 @@ class NcclMachine:
         n = len(members)
         if n == 1:
             return [[members[0]]] * want
+        # no GPU can start more channels than its links out carry at bw: stop there
+        want = min(want, min(self._channel_bound(r, members, bw, max_type) for r in members))
+        if want <= 0:
+            return []
         residual: dict[int, float] = {}
 
         def fits(hop: Hop, sign: float) -> bool:
@@ -369,6 +373,13 @@ class NcclMachine:
         extend([members[0]], {members[0]})
         return best
 
+    def _channel_bound(self, rank: int, members: list[int], bw: float, max_type: int) -> int:
+        """How many channels of bw can leave a rank at most: every channel's hop out of it
+        starts on one of the links its allowed paths start with."""
+        first = {self.hop(rank, other).links[0] for other in members
+                 if other != rank and self.hop(rank, other).path_type <= max_type and self.hop(rank, other).links}
+        return sum(int(self.nccl_bw(link) / bw + 1e-9) for link in first)
+
     def _min_type(self, members: list[int]) -> int:
         if len(members) < 2:
             return PATH_LOC
@@ -417,7 +428,8 @@ class NcclMachine:
         if len(members0) == 1:
             total_bw = max_bw
         min_type = self._min_type(members0)
-        max_type = max(self._max_type(m) for m in self.nodes)
+        # machines are searched as alike (one of each size), as _channels_at does
+        max_type = max(self._max_type(m) for m in {len(m): m for m in self.nodes}.values())
         i = 0
         while i < len(speeds) - 1 and (speeds[i] > max_bw or speeds[i] > total_bw):
             i += 1
@@ -540,6 +552,22 @@ class NcclMachine:
         if self.capability >= 90 and self.node_count > 1 and ring.bw_intra > 45.0 and n < 16:
             n = min(MAXCHANNELS, 2 * n)
         return n
+
+    def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
+        """Compute the routes of many hops (a, b, NICs) in one batch (one Dijkstra per distinct
+        source, in C) before `cross_hop` asks for them one by one."""
+        machine, names, pairs = self.topology.machine_of, self.rank_nodes, []
+        for a, b, nics in hops:
+            na, nb = names[a], names[b]
+            ma, mb = self._machine_index(a), self._machine_index(b)
+            if machine[na] == machine[nb] or not self.nics[ma] or not self.nics[mb]:
+                pairs.append((na, nb))
+                continue
+            if nics is None:
+                nics = ((self.nics_of(ma, a) or [0])[0], (self.nics_of(mb, b) or [0])[0])
+            out, into = self.nics[ma][nics[0]], self.nics[mb][nics[1]]
+            pairs += [(na, out), (out, into), (into, nb)]
+        self.topology.routes(pairs)
 
     def cross_hop(self, a: int, b: int, nics: tuple[int, int] | None = None) -> Hop:
         """A hop between ranks; between machines, out through NIC nics[0] of a's machine and in
