@@ -122,6 +122,20 @@ def compare(published: PublishedFile) -> list[PointComparison]:
     return rows
 
 
+def predicted_curves(published: PublishedFile) -> dict[str, list[tuple[int, float]]]:
+    """Per measured collective, the predicted busbw from 1 KiB to the largest measured size
+    (powers of two): the curve the report draws the measured points over."""
+    spec = published.spec
+    topology = published.topology()
+    out = {}
+    for m in spec.measurements:
+        largest = max(size for size, *_ in m.points)
+        sizes = [1 << k for k in range(10, max(11, largest.bit_length()))]
+        rows = nccl_tests_table(topology, spec.gpus, m.op, sizes, source=published.path)
+        out[m.op] = [(r.nbytes, r.busbw_GBps) for r in rows]
+    return out
+
+
 @dataclass(frozen=True)
 class ErrorSummary:
     points: int
@@ -158,3 +172,19 @@ def error_table(files: list[PublishedFile], rows: list[PointComparison]) -> str:
         lines.append(f"{r.system:<28} {r.op:<14} {r.nbytes:>12} {r.measured_busbw_GBps:>9.2f} "
                      f"{r.predicted_busbw_GBps:>10.2f} {r.error:>+8.1%}  {r.algorithm}/{r.protocol} x{r.channels}")
     return "\n".join(lines)
+
+
+def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str, Any]:
+    """The comparison as validation.json (and `--json`) carry it."""
+    total = summarize(rows)
+    return {"summary": {"min_size_B": LARGE_BYTES, "points": total.points, "median_abs_error": total.median_abs_error,
+                        "worst_abs_error": total.worst_abs_error},
+            "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
+                         "system": f.spec.system, "source": f.spec.source.model_dump(),
+                         **dict(zip(("points", "median_abs_error", "worst_abs_error"),
+                                    (lambda s: (s.points, s.median_abs_error, s.worst_abs_error))(
+                                        summarize([r for r in rows if r.system == f.spec.name]))))}
+                        for f in files],
+            "points": [{"system": r.system, "op": r.op, "size_B": r.nbytes, "measured_busbw_GBps": r.measured_busbw_GBps,
+                        "predicted_busbw_GBps": r.predicted_busbw_GBps, "error": r.error, "algorithm": r.algorithm,
+                        "protocol": r.protocol, "channels": r.channels} for r in rows]}
