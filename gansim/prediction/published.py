@@ -165,7 +165,7 @@ def error_table(files: list[PublishedFile], rows: list[PointComparison]) -> str:
                  f"{total.worst_abs_error:>12.1%}")
     lines.append("")
     lines.append(f"{'system':<28} {'op':<14} {'size (B)':>12} {'measured':>9} {'predicted':>10} {'error':>8}  "
-                 f"NCCL choice (busbw GB/s)")
+                 f"NCCL's choice   (busbw in GB/s)")
     for r in rows:
         if r.nbytes < LARGE_BYTES:
             continue

@@ -31,7 +31,6 @@ _COMPUTE_CAPABILITY: tuple[tuple[str, int], ...] = (
 )  # fmt: skip
 
 
-
 def compute_capability(spec: NodeSpec) -> int | None:
     """The GPU's compute capability x 10 (80 for an A100): its own field, else from its model
     name; None when neither says."""
