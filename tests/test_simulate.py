@@ -23,14 +23,14 @@ def test_paper_table3_writes_every_interface_field(tmp_path, capsys):
     summary = json.loads(out.out)  # stdout holds the JSON and nothing else
     assert summary == json.loads((tmp_path / "summary.json").read_text())
     assert summary["scenario"] == "paper-table3" and summary["gansim_version"]
-    assert len(summary["runs"]) == 12
+    assert len(summary["runs"]) == 16  # 1-4 GPUs x 4 algorithms
     for run in summary["runs"]:
         assert FIELDS <= run.keys()
         assert set(run["breakdown"]) == {"compute_s", "communication_s", "data_s", "idle_s"}
         assert set(run["bottleneck"]) == {"resource", "kind", "utilization"}
         assert sum(run["breakdown"].values()) == pytest.approx(run["step_time_s"], rel=1e-9)
     csv_lines = (tmp_path / "summary.csv").read_text().splitlines()
-    assert len(csv_lines) == 13 and csv_lines[0].startswith("gpus,algorithm,cost_model")
+    assert len(csv_lines) == 17 and csv_lines[0].startswith("gpus,algorithm,cost_model")
     assert "speedup" in out.err  # the human table went to stderr
 
 
