@@ -14,6 +14,7 @@ from gansim.cli.main import main
 from gansim.prediction.nccl_tests import OPS
 from gansim.prediction.published import compare, error_table, load_published, summarize
 from tests.cli_checks import run_bad
+from tests.test_report import assert_clean, render
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -94,3 +95,13 @@ def test_validate_published_cli_prints_the_table_and_writes_the_report(tmp_path,
 def test_validate_published_unknown_name_is_one_line(capsys):
     line = run_bad(capsys, ["validate", "--published", "no-such-system"])
     assert "--published" in line and "no-such-system" in line and "a40-nvlink-pair" in line
+
+
+def test_published_report_renders_one_panel_per_system_in_chromium(tmp_path):
+    assert main(["validate", "--published", "autodl-2080ti-pcie-no-p2p", "--out", str(tmp_path)]) == 0
+    page = render(tmp_path / "report.html")
+    assert_clean(page)
+    (plot,) = page.plots()
+    assert plot["traces"] == 2 * 3  # three collectives, each a predicted curve and the measured points
+    assert plot["svg_traces"] > 0 and plot["main_svg"] >= 2
+    assert "Error table" in page.dom and "autodl-2080ti-pcie-no-p2p" in page.dom

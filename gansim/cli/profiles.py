@@ -90,11 +90,12 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
     curves = {f.spec.name: predicted_curves(f) for f in files}
     out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"
     record = as_dict(files, rows)
-    written = write_published_validation(out_dir, record, curves)
+    table = error_table(files, rows)
+    written = write_published_validation(out_dir, record, curves, table)
     human = sys.stderr if args.json else sys.stdout
     print("published nccl-tests measurements predicted from each system's topology alone (nccl algorithm, flow "
           "model); error = (predicted - measured) / measured busbw; messages from 1 MiB", file=human)
-    print(error_table(files, rows), file=human)
+    print(table, file=human)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:

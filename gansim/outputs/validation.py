@@ -4,11 +4,13 @@ system, measured points over the predicted curve (`--published`)."""
 
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 from typing import Any
 
 from gansim.core.files import atomic_write
+from gansim.outputs.report import Section, html_page
 from gansim.outputs.results import to_json
 from gansim.prediction.validation import ValidationReport
 
@@ -43,9 +45,10 @@ OP_COLOURS = {"all_reduce": "#1f77b4", "all_gather": "#2ca02c", "reduce_scatter"
 
 
 def write_published_validation(out_dir: Path, record: dict[str, Any],
-                               curves: dict[str, dict[str, list[tuple[int, float]]]]) -> list[Path]:
+                               curves: dict[str, dict[str, list[tuple[int, float]]]], table: str) -> list[Path]:
     """validation.json (the comparison) and report.html: per system, busbw against message size,
-    the measured points over the predicted curve, each collective in its colour."""
+    the measured points over the predicted curve, each collective in its colour; then the
+    error table as the command prints it."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -73,12 +76,15 @@ def write_published_validation(out_dir: Path, record: dict[str, Any],
         fig.update_xaxes(type="log", title_text="message size (B)", row=r, col=c)
         fig.update_yaxes(title_text="busbw (GB/s)", row=r, col=c)
     total = record["summary"]
-    fig.update_layout(title=f"Published nccl-tests measurements vs gansim's prediction from the topology alone: median "
-                            f"|error| {total['median_abs_error']:.1%}, worst {total['worst_abs_error']:.1%} over "
-                            f"{total['points']} points of 1 MiB and more",
-                      height=320 * rows + 120, template="plotly_white")
-    html = fig.to_html(include_plotlyjs=True, full_html=True)  # self-contained: works offline
+    fig.update_layout(height=320 * rows + 120, template="plotly_white")
+    page = html_page("Published nccl-tests measurements vs gansim's prediction from the topology alone", [
+        Section("busbw against message size", [fig], anchor="curves", caption=(
+            "Lines: the nccl algorithm's prediction on the flow model; open circles: the published measurements. "
+            "Hover over a point for its error and what the model says NCCL chose.")),
+        Section("Error table", html=f"<pre>{html.escape(table)}</pre>", anchor="table"),
+    ], subtitle=html.escape(f"median |error| {total['median_abs_error']:.1%}, worst {total['worst_abs_error']:.1%} "
+                            f"over {total['points']} points of 1 MiB and more"))
     json_path, html_path = out_dir / "validation.json", out_dir / "report.html"
     atomic_write(json_path, to_json(record))
-    atomic_write(html_path, html)
+    atomic_write(html_path, page)
     return [json_path, html_path]
