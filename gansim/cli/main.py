@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gansim.cli import calibrate, plan, profiles, simulate, topology
+from gansim.cli import calibrate, nccl_tests, plan, profiles, simulate, topology
 from gansim.cli.args import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineParser
 from gansim.core.errors import UserInputError
 from gansim.core.version import __version__
 
-COMMANDS = (simulate, profiles, topology, calibrate, plan)
+COMMANDS = (simulate, profiles, topology, calibrate, plan, nccl_tests)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,10 +21,15 @@ def register(sub: Any) -> None:
     pred.add_argument("--json", action="store_true", help="print the predictions as JSON on stdout")
     pred.set_defaults(func=cmd_predict)
 
-    val = sub.add_parser("validate", help="predict every calibrated world size from the fit and compare")
-    val.add_argument("--profile", required=True, metavar="FILE", help="profile.json written by gansim calibrate")
+    val = sub.add_parser("validate", help="predict every calibrated world size from the fit and compare; or "
+                                           "(--published) the shipped nccl-tests measurements of real systems")
+    which = val.add_mutually_exclusive_group(required=True)
+    which.add_argument("--profile", metavar="FILE", help="profile.json written by gansim calibrate")
+    which.add_argument("--published", nargs="?", const="", metavar="NAME",
+                       help="predict the published nccl-tests measurements (validation/) from each system's topology "
+                            "alone: all of them, or the one named")
     val.add_argument("--out", metavar="DIR", help="where to write validation.json and report.html "
-                                                   "(default gansim-out/validate)")
+                                                   "(default gansim-out/validate, gansim-out/validate-published)")
     val.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
     val.set_defaults(func=cmd_validate)
 
@@ -57,6 +62,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.published is not None:
+        return cmd_validate_published(args)
     from gansim.calibration.profile import load_profile
     from gansim.outputs.validation import write_validation
     from gansim.prediction.validation import validate
@@ -71,4 +78,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    return EXIT_OK
+
+
+def cmd_validate_published(args: argparse.Namespace) -> int:
+    from gansim.outputs.validation import write_published_validation
+    from gansim.prediction.published import as_dict, compare, error_table, load_published, predicted_curves
+
+    files = load_published(args.published or None)
+    rows = [row for f in files for row in compare(f)]
+    curves = {f.spec.name: predicted_curves(f) for f in files}
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"
+    record = as_dict(files, rows)
+    table = error_table(files, rows)
+    written = write_published_validation(out_dir, record, curves, table)
+    human = sys.stderr if args.json else sys.stdout
+    print("published nccl-tests measurements predicted from each system's topology alone (nccl algorithm, flow "
+          "model); error = (predicted - measured) / measured busbw; messages from 1 MiB", file=human)
+    print(table, file=human)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(record, indent=2) + "\n")
     return EXIT_OK

@@ -206,7 +206,8 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     graph = TaskGraph()
     element_bytes = bytes_per_gradient_element(point.options.gradient_dtype)
     comm = Communicator(cluster, graph, point.algorithm, point.cost_model, chunks=point.options.chunks,
-                        gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes)
+                        gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
+                        nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto)
     builder = StepBuilder(cluster, graph, comm, point)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
