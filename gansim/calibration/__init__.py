@@ -75,3 +75,7 @@ Python API
 Importing this package, :mod:`gansim.calibration.fit`, :mod:`gansim.calibration.profile`,
 :mod:`gansim.calibration.run_config` or :mod:`gansim.cli.calibrate` does not import torch.
 """
+
+from gansim.calibration.instrument import phase, step
+
+__all__ = ["phase", "step"]

@@ -31,6 +31,12 @@ Tasks a rank can run (one spawn can run several, in order):
     rank's time, nccl-tests style.
 ``reduce``
     The local reduction ``a += b`` over sizes, for gamma (seconds per byte).
+``script``
+    A user's own training script (``ScriptSpec``), which initialises its own process group
+    from the torchrun-style environment each rank gets (the parent hosts the rendezvous
+    store, as torchrun's agent does); with ``ScriptSpec.solo`` every process runs it as a
+    world of one, each with its own store (the communication-free compute run). See
+    :mod:`gansim.calibration.script_rank`.
 
 Phase names (seconds per step, at the per-rank batch), see :data:`PHASES`:
 ``data_s`` (produce a batch of synthetic MNIST-shaped images on the host, plus the
@@ -88,7 +94,8 @@ from gansim.calibration.faults import (
     compose_failure,
     format_where,
 )
-from gansim.calibration.run_config import TASKS, CalibrationError, RunConfig
+from gansim.calibration.run_config import TASKS, CalibrationError, RunConfig, ScriptSpec
+from gansim.calibration.script_rank import run_script, script_environment
 from gansim.calibration.tasks import combine_task, execute_task
 from gansim.calibration.timing import RankEnv, pin_threads, thread_env
 
@@ -154,8 +161,14 @@ def is_comm_error(exc: BaseException) -> bool:
                                    "timed out", "timeout", "broken pipe", "socket"))
 
 
+def _user_line(tb: Any, script: str) -> str:
+    """`file:line` of the last frame of a traceback inside the user's script ('' if none)."""
+    frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(script)]
+    return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+
+
 def _rank_main(rank: int, world_size: int, cfg: RunConfig, tasks: tuple[str, ...], port: int,
-               q: Any, arrays: dict, parent_pid: int) -> None:
+               q: Any, arrays: dict, parent_pid: int, script: Optional[ScriptSpec] = None) -> None:
     """Entry point of a spawned rank."""
     _set_parent_death_signal(parent_pid)
     pin_threads(cfg.threads)
@@ -165,6 +178,15 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig, tasks: tuple[str, ...
         fault = FaultSpec.parse(text)
     rep = Reporter(rank, arrays, fault)
     try:
+        if script is not None:
+            os.environ.update(script_environment(rank, world_size, port, cfg, script))
+            rep.set_task(0, "script")
+            q.put(("result", rank, 0, run_script(script, cfg, rep)))
+            rep.set("finished")
+            q.put(("done", rank))
+            q.close()
+            q.join_thread()
+            return
         rep.set("init_process_group")
         if cfg.backend == "nccl":
             torch.cuda.set_device(rank)
@@ -198,6 +220,7 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig, tasks: tuple[str, ...
             "message": " ".join(str(exc).split())[:500],
             "comm": is_comm_error(exc),
             "traceback": traceback.format_exc(),
+            "user_line": _user_line(exc.__traceback__, script.path) if script is not None else "",
         }
         try:
             q.put(("error", rank, info))
@@ -211,13 +234,15 @@ def run_local(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
               on_task: Optional[Callable[[str, Any], None]] = None,
               log: Optional[Callable[[str], None]] = None,
               progress_every_s: float = 10.0,
-              port_picker: Callable[[str], int] = find_free_port) -> dict[str, Any]:
+              port_picker: Callable[[str], int] = find_free_port,
+              script: Optional[ScriptSpec] = None) -> dict[str, Any]:
     """Spawn ``world_size`` ranks here, run ``tasks`` in order on each, return
     ``{task: combined result}``. ``on_task(task, result)`` is called as each task completes
     on every rank (e.g. to save partial results). Raises :class:`CalibrationError` when a
     rank crashes, raises or hangs; the children are always terminated before returning.
+    With ``script``, the only task is ``("script",)``: the ranks run the user's script.
     """
-    tasks = tuple(tasks)
+    tasks = ("script",) if script is not None else tuple(tasks)
     for t in tasks:
         if t not in TASKS:
             raise ValueError(f"unknown task {t!r}")
@@ -239,15 +264,18 @@ def run_local(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
         arrays["phase"][r] = STATUS_INDEX["spawning"]
         arrays["step"][r] = -1
         arrays["beat"][r] = now
-    store, port = create_store(cfg.host, world_size=world_size, timeout_s=cfg.timeout_s,
-                               port_picker=port_picker)
+    # one rendezvous store per process group: one for the ranks, one per one-rank copy
+    stores = [create_store(cfg.host, world_size=1 if script is not None and script.solo else world_size,
+                           timeout_s=cfg.timeout_s, port_picker=port_picker)
+              for _ in range(world_size if script is not None and script.solo else 1)]
     procs = []
     saved_env = {k: os.environ.get(k) for k in thread_env(cfg.threads)}
     try:
         os.environ.update(thread_env(cfg.threads))
         for r in range(world_size):
+            port = stores[r if len(stores) > 1 else 0][1]
             p = ctx.Process(target=_rank_main, name=f"gansim-rank{r}",
-                            args=(r, world_size, cfg, tasks, port, q, arrays, os.getpid()),
+                            args=(r, world_size, cfg, tasks, port, q, arrays, os.getpid(), script),
                             daemon=True)
             p.start()
             procs.append(p)
@@ -265,7 +293,7 @@ def run_local(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
                         progress_every_s)
     finally:
         _cleanup(procs, q)
-        del store
+        del stores
 
 
 def _cleanup(procs: list, q: Any) -> None:
@@ -348,7 +376,7 @@ def _monitor(cfg: RunConfig, world_size: int, tasks: tuple[str, ...], procs: lis
             bits = []
             for r in range(world_size):
                 task, phase, step = status(r)
-                if task in ("train", "compute"):
+                if task in ("train", "compute", "script"):
                     where = f"step {max(step, 0)}/{cfg.steps}"
                 elif task == "sweep":
                     where = f"size {max(step, 0) + 1}/{len(cfg.sweep_sizes)}"

@@ -32,6 +32,19 @@ def positive_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def positive_float(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UserInputError(f"expected a number > 0, got {text!r}", field=flag) from None
+        if not (0 < value < float("inf")):
+            raise UserInputError(f"expected a finite number > 0, got {text!r}", field=flag)
+        return value
+
+    return parse
+
+
 def positive_int_list(text: str, flag: str) -> list[int]:
     """A CLI list of counts such as `--world-sizes 1,2,4`: sorted, distinct, each >= 1."""
     try:
