@@ -57,9 +57,9 @@ class phase:
             _recorder.open(self.label, strict=True)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, exc_type: Any, *exc: Any) -> bool:
         if _recorder is not None:
-            _recorder.close(self.label)
+            _recorder.close(self.label, failed=exc_type is not None)
         return False
 
 

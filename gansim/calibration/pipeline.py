@@ -271,16 +271,18 @@ def plan(world_sizes: Sequence[int], repeats: int = 1) -> list[tuple[int, int, t
 
 
 def plan_script(world_sizes: Sequence[int], repeats: int = 1) -> list[tuple[int, int, tuple[str, ...]]]:
-    """(repeat, world size, tasks) per spawn of a user's script: gamma once; per repeat the
-    script alone (world size 1, its compute figures) and, per world size w > 1, the
-    all-reduce sweep, w one-rank copies of the script at once ("solo": core sharing) and the
-    script's training at w. Interleaved as plan() does."""
-    out: list[tuple[int, int, tuple[str, ...]]] = [(0, 1, ("reduce",))]
+    """(repeat, world size, tasks) per spawn of a user's script: per repeat the script alone
+    (world size 1, its compute figures) and, per world size w > 1, the script's training at
+    w, the all-reduce sweep and w one-rank copies of the script at once ("solo": core
+    sharing); gamma once. Interleaved as plan() does."""
+    out: list[tuple[int, int, tuple[str, ...]]] = []
     for rep in range(repeats):
         out.append((rep, 1, ("script",)))
         for w in sorted(set(world_sizes)):
-            if w > 1:
-                out += [(rep, w, ("sweep",)), (rep, w, ("solo",)), (rep, w, ("script",))]
+            if w > 1:  # the script first: a script that fails at w fails fast
+                out += [(rep, w, ("script",)), (rep, w, ("sweep",)), (rep, w, ("solo",))]
+        if rep == 0:
+            out.append((rep, 1, ("reduce",)))
     return out
 
 

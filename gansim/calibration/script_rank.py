@@ -104,6 +104,8 @@ class StepRecorder:
         self.batch_size: Optional[int] = None
         self.quiet = 0  # >0 while a recorded hook issues its own collective
         self.d_steps: list[int] = []
+        self.ddp_modules: list[Any] = []
+        self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
 
     # ------------------------------------------------------------------ phases
     def open(self, label: str, strict: bool = False) -> None:
@@ -128,10 +130,10 @@ class StepRecorder:
             self.counter.__enter__()
         self.open_at = self.clock()
 
-    def close(self, label: str) -> None:
+    def close(self, label: str, failed: bool = False) -> None:
         name = instrument.phase_name(label)
-        if name is None or self.open_name != name:
-            return
+        if name is None or self.open_name != name or failed:
+            return  # an exception leaves the phase open: the failure names it
         _sync()
         elapsed = self.clock() - self.open_at
         if self.counter is not None:
@@ -200,7 +202,8 @@ class StepRecorder:
         samples = {name: values + [0.0] * (kept - len(values)) if len(values) < kept else values
                    for name, values in self.samples.items()}
         return {"samples": samples, "collectives": self.collectives, "costs": self.costs,
-                "batch_size": self.batch_size, "d_steps": self.d_steps, "steps_seen": self.index + 1}
+                "batch_size": self.batch_size, "d_steps": self.d_steps, "steps_seen": self.index + 1,
+                "ddp_buckets": self.ddp_buckets}
 
 
 # ---------------------------------------------------------------------------- patches
@@ -220,14 +223,20 @@ def recording(rec: StepRecorder):
             rec.open(self.name)
             return out
 
-        def __exit__(self, *exc):
-            rec.close(self.name)
-            return super().__exit__(*exc)
+        def __exit__(self, exc_type, *exc):
+            rec.close(self.name, failed=exc_type is not None)
+            return super().__exit__(exc_type, *exc)
 
     owners: dict[int, str] = {}
 
     def owner_of(ddp) -> str:
         return owners.setdefault(id(ddp), f"ddp{len(owners)}")
+
+    def ddp_logged_buckets(ddp) -> list[int]:
+        """The buckets DDP itself logged (after its rebuild in the first iteration)."""
+        data = ddp._get_ddp_logging_data()
+        text = str(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or "")
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
 
     def recorded(hook, ddp):
         def run(state, bucket):
@@ -247,6 +256,7 @@ def recording(rec: StepRecorder):
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         owner_of(self)
+        rec.ddp_modules.append(self)
         self._gansim_hooked = False
 
         def first_forward(module, inputs):
@@ -288,6 +298,8 @@ def recording(rec: StepRecorder):
     try:
         yield rec
     finally:
+        rec.ddp_buckets = {owner_of(m): ddp_logged_buckets(m) for m in rec.ddp_modules}
+        rec.ddp_modules = []
         instrument.install(None)
         for obj, attr, value in saved:
             setattr(obj, attr, value)
