@@ -10,8 +10,9 @@ What is read (names as PyTorch 2.x's Kineto exporter writes them):
 - phases: ``record_function`` labels named like the calibrator's phases (``d_forward``,
   ``d_backward``, ... with or without ``_s``), summed per step; without them, the autograd
   regions: each ``Optimizer.step#...`` closes a network step, whose backward is the trailing
-  run of ``autograd::engine::evaluate_function`` events (and ``Optimizer.zero_grad``) before
-  it and whose forward is the rest since the previous network step; the last network step of
+  run of ``autograd::engine::evaluate_function`` events (with ``Optimizer.zero_grad``, the
+  gradient seed and DDP's bucket copies) before it and whose forward is the rest since the
+  previous network step; the last network step of
   a ProfilerStep is G's, the ones before it D's;
 - communication: ``c10d::allreduce_`` / ``c10d::broadcast_`` operators (the phase they were
   issued in, their element count from ``Input Dims``, which needs ``record_shapes=True``),
@@ -63,6 +64,11 @@ _DTYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "ha
                 "long int": 8, "long": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1,
                 "bool": 1, "int64": 8, "int32": 4, "float32": 4, "float16": 2, "float64": 8}
 _COLLECTIVE_OPS = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadcast"}
+# what a backward pass records at the training thread's top level: the autograd engine's
+# functions, the gradient seed, DDP's copies of its buckets back into the gradients, and
+# the zero_grad just before it
+_BACKWARD_TAIL = ("autograd::engine::evaluate_function", "Optimizer.zero_grad", "torch.distributed.ddp",
+                  "aten::as_strided", "aten::ones_like")
 _KINETO_KEYS = ("schemaVersion", "traceName", "baseTimeNanoseconds", "deviceProperties", "distributedInfo")
 
 
@@ -154,6 +160,26 @@ def _op_bytes(e: dict) -> float:
     return total
 
 
+def _op_flops(e: dict) -> float:
+    """An operator's FLOPs: Kineto's own ``flops`` (with_flops), else matrix products from
+    their Input Dims (2 m k n; convolutions need strides Kineto does not give: none)."""
+    args = e.get("args", {})
+    if args.get("flops"):
+        return float(args["flops"])
+    dims = args.get("Input Dims", [])
+    name = e["name"]
+    try:
+        if name in ("aten::mm", "aten::bmm") and len(dims) >= 2:
+            a, b = dims[0], dims[1]
+            return 2.0 * _dims_elements(a) * b[-1]
+        if name in ("aten::addmm", "aten::baddbmm") and len(dims) >= 3:
+            a, b = dims[1], dims[2]
+            return 2.0 * _dims_elements(a) * b[-1]
+    except (TypeError, IndexError):
+        return 0.0
+    return 0.0
+
+
 # ---------------------------------------------------------------------------- one rank
 class RankTrace:
     """One rank's steps, phases, collectives and costs from its trace."""
@@ -208,7 +234,7 @@ class RankTrace:
             before = [e for e in top if e["ts"] >= start and _end(e) <= opt["ts"] + 1e-3]
             tail = []
             for e in reversed(before):
-                if e["name"].startswith(("autograd::engine::evaluate_function", "Optimizer.zero_grad")):
+                if e["name"].startswith(_BACKWARD_TAIL):
                     tail.append(e)
                 else:
                     break
@@ -250,7 +276,7 @@ class RankTrace:
 
     def costs_in(self, lo: float, hi: float) -> tuple[float, float]:
         ops = [e for e in self.on_main if _inside(e, lo, hi) and e.get("cat") == "cpu_op"]
-        flops = sum(float(e.get("args", {}).get("flops", 0) or 0) for e in ops)
+        flops = sum(_op_flops(e) for e in ops)
         leaves = [e for e in ops if not any(o is not e and _inside(o, e["ts"], _end(e)) for o in ops)] \
             if len(ops) < 5000 else ops
         return flops, sum(_op_bytes(e) for e in leaves)
