@@ -11,8 +11,6 @@ step() comes from gansim (a no-op without it).
 """
 
 import argparse
-import os
-import time
 
 import torch
 import torch.distributed as dist
@@ -20,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import record_function
+
+from example_support import StepTimer, frozen, start
 
 try:  # gansim
     from gansim.calibration import step
@@ -61,50 +61,37 @@ class Discriminator(nn.Module):
         return self.out(h).squeeze(1) + (self.project(y) * h).sum(1)
 
 
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+_, world, device = start()
 torch.manual_seed(0)
 G, D = DDP(Generator().to(device)), DDP(Discriminator().to(device))
 opt_g = torch.optim.Adam(G.parameters(), lr=2e-4, betas=(0.5, 0.999))
 opt_d = torch.optim.Adam(D.parameters(), lr=2e-4, betas=(0.5, 0.999))
 b = args.batch_size
 
-times = []
+timer = StepTimer(device, args.warmup)
 for i in range(args.steps):
     step(batch_size=b)  # gansim
-    t = time.perf_counter()
-    with record_function("data"):
-        real = torch.rand(b, 3, 16, 16, device=device) * 2 - 1
-        labels = torch.randint(0, CLASSES, (b,), device=device)
-    with record_function("d_forward"):
-        with torch.no_grad():
-            fake = G(torch.randn(b, LATENT, device=device), labels)
-        loss_d = F.relu(1 - D(real, labels)).mean() + F.relu(1 + D(fake, labels)).mean()
-    with record_function("d_backward"):
-        opt_d.zero_grad()
-        loss_d.backward()
-    with record_function("d_optimizer"):
-        opt_d.step()
-    for p in D.parameters():
-        p.requires_grad_(False)
-    with record_function("g_forward"):
-        loss_g = -D(G(torch.randn(b, LATENT, device=device), labels), labels).mean()
-    with record_function("g_backward"):
-        opt_g.zero_grad()
-        loss_g.backward()
-    with record_function("g_optimizer"):
-        opt_g.step()
-    for p in D.parameters():
-        p.requires_grad_(True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    times.append(time.perf_counter() - t)
+    with timer.step():
+        with record_function("data"):
+            real = torch.rand(b, 3, 16, 16, device=device) * 2 - 1
+            labels = torch.randint(0, CLASSES, (b,), device=device)
+        with record_function("d_forward"):
+            with torch.no_grad():
+                fake = G(torch.randn(b, LATENT, device=device), labels)
+            loss_d = F.relu(1 - D(real, labels)).mean() + F.relu(1 + D(fake, labels)).mean()
+        with record_function("d_backward"):
+            opt_d.zero_grad()
+            loss_d.backward()
+        with record_function("d_optimizer"):
+            opt_d.step()
+        with frozen(D):
+            with record_function("g_forward"):
+                loss_g = -D(G(torch.randn(b, LATENT, device=device), labels), labels).mean()
+            with record_function("g_backward"):
+                opt_g.zero_grad()
+                loss_g.backward()
+            with record_function("g_optimizer"):
+                opt_g.step()
 
-kept = times[args.warmup:]
-mean = torch.tensor(sum(kept) / len(kept))
-dist.all_reduce(mean)
-if rank == 0:
-    print(f"cdcgan_hinge: world size {world}, batch {b}/rank: mean step {mean.item() / world * 1e3:.2f} ms "
-          f"over {len(kept)} steps (mean of the ranks)")
+timer.report(f"cdcgan_hinge: world size {world}, batch {b}/rank")
 dist.destroy_process_group()

@@ -10,13 +10,13 @@ back to no-ops and the script runs the same.
 """
 
 import argparse
-import os
-import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from example_support import StepTimer, frozen, start
 
 try:  # gansim
     from gansim.calibration import phase, step
@@ -31,9 +31,7 @@ parser.add_argument("--n-critic", type=int, default=2)
 parser.add_argument("--gp-weight", type=float, default=10.0)
 args = parser.parse_args()
 
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+_, world, device = start()
 torch.manual_seed(0)
 latent, pixels = 64, 28 * 28
 G = DDP(nn.Sequential(nn.Linear(latent, 256), nn.ReLU(), nn.Linear(256, 512), nn.ReLU(),
@@ -52,41 +50,30 @@ def gradient_penalty(real, fake):
     return ((grad.norm(2, dim=1) - 1) ** 2).mean()
 
 
-times = []
+timer = StepTimer(device, args.warmup)
 for i in range(args.steps):
     step(batch_size=b)  # gansim
-    t = time.perf_counter()
-    with phase("data"):
-        real = torch.rand(b, pixels, device=device) * 2 - 1
-    for _ in range(args.n_critic):
-        with phase("d_forward"):
-            with torch.no_grad():
-                fake = G(torch.randn(b, latent, device=device))
-            loss_d = D(fake).mean() - D(real).mean() + args.gp_weight * gradient_penalty(real, fake)
-        with phase("d_backward"):
-            opt_d.zero_grad()
-            loss_d.backward()
-        with phase("d_optimizer"):
-            opt_d.step()
-    for p in D.parameters():
-        p.requires_grad_(False)
-    with phase("g_forward"):
-        loss_g = -D(G(torch.randn(b, latent, device=device))).mean()
-    with phase("g_backward"):
-        opt_g.zero_grad()
-        loss_g.backward()
-    with phase("g_optimizer"):
-        opt_g.step()
-    for p in D.parameters():
-        p.requires_grad_(True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    times.append(time.perf_counter() - t)
+    with timer.step():
+        with phase("data"):
+            real = torch.rand(b, pixels, device=device) * 2 - 1
+        for _ in range(args.n_critic):
+            with phase("d_forward"):
+                with torch.no_grad():
+                    fake = G(torch.randn(b, latent, device=device))
+                loss_d = D(fake).mean() - D(real).mean() + args.gp_weight * gradient_penalty(real, fake)
+            with phase("d_backward"):
+                opt_d.zero_grad()
+                loss_d.backward()
+            with phase("d_optimizer"):
+                opt_d.step()
+        with frozen(D):
+            with phase("g_forward"):
+                loss_g = -D(G(torch.randn(b, latent, device=device))).mean()
+            with phase("g_backward"):
+                opt_g.zero_grad()
+                loss_g.backward()
+            with phase("g_optimizer"):
+                opt_g.step()
 
-kept = times[args.warmup:]
-mean = torch.tensor(sum(kept) / len(kept))
-dist.all_reduce(mean)
-if rank == 0:
-    print(f"wgan_gp: world size {world}, batch {b}/rank, n_critic {args.n_critic}: mean step "
-          f"{mean.item() / world * 1e3:.2f} ms over {len(kept)} steps (mean of the ranks)")
+timer.report(f"wgan_gp: world size {world}, batch {b}/rank, n_critic {args.n_critic}")
 dist.destroy_process_group()

@@ -32,17 +32,21 @@ def positive_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
-def positive_float(flag: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise UserInputError(f"expected a number > 0, got {text!r}", field=flag) from None
-        if not (0 < value < float("inf")):
-            raise UserInputError(f"expected a finite number > 0, got {text!r}", field=flag)
-        return value
+def number(text: object, flag: str, unit: str = "", allow_zero: bool = False) -> float:
+    """A flag's finite number > 0 (>= 0 with `allow_zero`), or one line naming the flag."""
+    allowed = f"a finite number{' of ' + unit if unit else ''} {'>=' if allow_zero else '>'} 0"
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise UserInputError(f"{text!r} is not a number; allowed: {allowed}", field=flag) from None
+    if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+        raise UserInputError(f"{text!r}: allowed: {allowed}", field=flag)
+    return value
 
-    return parse
+
+def positive_float(flag: str, unit: str = "") -> Callable[[str], float]:
+    """An argparse `type` for a finite number > 0."""
+    return lambda text: number(text, flag, unit)
 
 
 def positive_int_list(text: str, flag: str) -> list[int]:

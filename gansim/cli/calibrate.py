@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
+from gansim.cli.args import number
 from gansim.core.errors import UserInputError
 
 INSTALL_HINT = "pip install 'gansim[calibrate]' torch==2.13.0"
@@ -107,17 +108,6 @@ def _int(value, flag: str, *, minimum: int) -> int:
     return n
 
 
-def _float(value, flag: str) -> float:
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise UserInputError(f"{value!r} is not a number; allowed: seconds > 0",
-                             field=flag) from None
-    if not (x > 0) or x != x or x == float("inf"):
-        raise UserInputError(f"{value!r}: allowed: a finite number of seconds > 0", field=flag)
-    return x
-
-
 def parse_world_sizes(text: str) -> tuple[int, ...]:
     parts = [p.strip() for p in str(text).split(",")]
     if not parts or any(not p for p in parts):
@@ -183,16 +173,8 @@ def _check_out(path: str) -> str:
     return path
 
 
-def _optional_positive(value, flag: str, unit: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise UserInputError(f"{value!r} is not a number; allowed: {unit} > 0", field=flag) from None
-    if not (x > 0) or x == float("inf"):
-        raise UserInputError(f"{value!r}: allowed: a finite number of {unit} > 0", field=flag)
-    return x
+def _optional_number(value, flag: str, unit: str) -> float | None:
+    return None if value is None else number(value, flag, unit)
 
 
 def _check_script(args) -> tuple[str, tuple[str, ...]] | None:
@@ -225,14 +207,14 @@ def validate_args(args) -> dict:
         "out": _check_out(args.out),
         "mode": str(args.mode).strip(),
         "threads": _int(args.threads, "--threads", minimum=0),
-        "timeout_s": _float(args.timeout_s, "--timeout-s"),
+        "timeout_s": number(args.timeout_s, "--timeout-s", "seconds"),
         "sweep_sizes": parse_sizes(args.sizes),
         "sweep_iters": _int(args.sweep_iters, "--sweep-iters", minimum=0),
         "d_steps": _int(args.d_steps, "--d-steps", minimum=1),
         "seed": _int(args.seed, "--seed", minimum=0),
         "script": _check_script(args),
-        "device_tflops": _optional_positive(getattr(args, "device_tflops", None), "--device-tflops", "TFLOP/s"),
-        "device_memory_bandwidth_GBps": _optional_positive(getattr(args, "device_memory_bandwidth_GBps", None),
+        "device_tflops": _optional_number(getattr(args, "device_tflops", None), "--device-tflops", "TFLOP/s"),
+        "device_memory_bandwidth_GBps": _optional_number(getattr(args, "device_memory_bandwidth_GBps", None),
                                                            "--device-memory-bandwidth-GBps", "GB/s"),
     }
     if values["backend"] not in ("gloo", "nccl"):
@@ -340,22 +322,16 @@ def run_from_trace(args) -> int:
 
     out = _check_out(args.out)
     overhead = getattr(args, "profiler_overhead_us", None)
-    overhead_s = None
-    if overhead is not None:
-        try:
-            overhead_s = float(overhead) * 1e-6
-        except ValueError:
-            overhead_s = -1.0
-        if not (overhead_s >= 0) or overhead_s == float("inf"):
-            raise UserInputError(f"{overhead!r}: allowed: microseconds >= 0", field="--profiler-overhead-us")
+    overhead_s = None if overhead is None else number(overhead, "--profiler-overhead-us", "microseconds",
+                                                      allow_zero=True) * 1e-6
     if getattr(args, "script", None) or getattr(args, "script_args", None):
         raise UserInputError("give either --from-trace or --script, not both", field="--from-trace")
     for path in args.from_trace:
         if not os.path.isfile(path):
             raise UserInputError("file does not exist", source=path, field="--from-trace")
     profile = import_traces(args.from_trace, overhead_s_per_event=overhead_s, log=_log,
-                            device_tflops=_optional_positive(args.device_tflops, "--device-tflops", "TFLOP/s"),
-                            device_memory_bandwidth_GBps=_optional_positive(
+                            device_tflops=_optional_number(args.device_tflops, "--device-tflops", "TFLOP/s"),
+                            device_memory_bandwidth_GBps=_optional_number(
                                 args.device_memory_bandwidth_GBps, "--device-memory-bandwidth-GBps", "GB/s"))
     write_profile_atomic(profile, out)
     _log(f"wrote {out}")

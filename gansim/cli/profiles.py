@@ -18,11 +18,11 @@ def register(sub: Any) -> None:
     pred.add_argument("--world-sizes", default="1,2,3,4", metavar="LIST", help="comma-separated rank counts")
     pred.add_argument("--topology", metavar="NAME_OR_FILE",
                       help="machine to predict for (default: the calibrated host, ranks sharing its cores)")
-    pred.add_argument("--measured-tflops", type=positive_float("--measured-tflops"), metavar="T",
+    pred.add_argument("--measured-tflops", type=positive_float("--measured-tflops", "TFLOP/s"), metavar="T",
                       help="peak FLOP/s (TFLOP/s, datasheet) of the device the profile was measured on, "
                            "when the --topology's GPU differs (default: the profile's, or a shipped "
                            "topology's GPU of the same name)")
-    pred.add_argument("--measured-memory-bandwidth-GBps", type=positive_float("--measured-memory-bandwidth-GBps"),
+    pred.add_argument("--measured-memory-bandwidth-GBps", type=positive_float("--measured-memory-bandwidth-GBps", "GB/s"),
                       metavar="B", help="peak memory bandwidth (GB/s, datasheet) of the measured device")
     pred.add_argument("--json", action="store_true", help="print the predictions as JSON on stdout")
     pred.set_defaults(func=cmd_predict)
