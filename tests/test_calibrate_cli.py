@@ -13,6 +13,7 @@ import pytest
 from gansim.cli.calibrate import INSTALL_HINT, parse_sizes, register, validate_args
 from gansim.cli.main import main
 from gansim.core.errors import UserInputError
+from tests.cli_checks import calibrate_under_torchrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -165,15 +166,9 @@ def test_under_torchrun(tmp_path):
     from gansim.calibration.profile import load_profile
 
     out = tmp_path / "profile.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                          "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "gansim", "calibrate", "--world-sizes", "1,2", "--steps", "3",
-           "--warmup", "1", "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
-           "--repeats", "1", "--timeout-s", "60", "--out", str(out)]
-    res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                         timeout=150)
+    res = calibrate_under_torchrun(tmp_path, ["--world-sizes", "1,2", "--steps", "3", "--warmup", "1",
+                                              "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
+                                              "--repeats", "1", "--timeout-s", "60", "--out", str(out)])
     assert res.returncode == 0, res.stderr[-3000:]
     p = load_profile(out)
     assert p.provenance.launcher == "torchrun"

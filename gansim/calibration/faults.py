@@ -125,7 +125,7 @@ def format_where(task: str, phase: str, step: int, world_size: int) -> str:
 
 def compose_failure(states, procs, world_size, status, now, arrays, hang_s=None) -> CalibrationError:
     crashed, raised, silent, comm = [], [], [], []
-    for r, s in enumerate(states):
+    for r, s in states.items():  # by rank: the ranks spawned here
         task, phase, step = status(r)
         if s.error is not None:
             e = s.error

@@ -335,8 +335,8 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
     provenance = make_provenance(opts, "torchrun" if torchrun else "spawn")
     rec = _Recorder(opts, provenance, log if rank == 0 else (lambda s: None), write=rank == 0)
     what = f"script {opts.script.path}" if opts.script else f"model {cfg.model}, mode {cfg.mode}"
-    rec.log(f"gansim calibrate: {what}, backend {cfg.backend}, "
-            f"batch {cfg.batch_size}/rank, {cfg.steps} steps ({cfg.warmup} warm-up), "
+    batch = "the script's batch" if opts.script else f"batch {cfg.batch_size}/rank"
+    rec.log(f"gansim calibrate: {what}, backend {cfg.backend}, {batch}, {cfg.steps} steps ({cfg.warmup} warm-up), "
             f"world sizes {','.join(map(str, opts.world_sizes))}, {provenance.cores} cores, "
             f"threads/rank {cfg.threads or 'default'}" + ("" if opts.script else
             f"; gradients D {grad_bytes['discriminator']} B, G {grad_bytes['generator']} B; buffers D "
@@ -354,7 +354,12 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
             before = cpu_steal_ticks()
             if tasks in (("script",), ("solo",)):
                 spec = ScriptSpec(opts.script.path, opts.script.args, solo=tasks == ("solo",))
-                launch.run_local(cfg, ws, (), script=spec, on_task=rec.on_script(ws, rep, spec.solo), log=rec.log)
+                if torchrun:  # each launched rank < ws runs the script in a child of its own
+                    launch.run_tasks_in_group(cfg, ws, (), device=device, local_rank=local, script=spec,
+                                              on_task=rec.on_script(ws, rep, spec.solo))
+                else:
+                    launch.run_local(cfg, ws, (), script=spec, on_task=rec.on_script(ws, rep, spec.solo),
+                                     log=rec.log)
             elif torchrun:
                 launch.run_tasks_in_group(cfg, ws, tasks, device=device, local_rank=local,
                                           on_task=rec.on_task(ws, rep))

@@ -55,6 +55,23 @@ class ScriptSpec:
 
 
 @dataclass(frozen=True)
+class RankPlace:
+    """Where one rank of a user's script runs, as torchrun would describe it to the script:
+    its rank in a world of `world_size`, its rank on its node (its GPU), how many of the
+    world's ranks share that node, and the node's index."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node: int = 0
+
+    @staticmethod
+    def one_node(rank: int, world_size: int) -> "RankPlace":
+        return RankPlace(rank, world_size, rank, world_size, 0)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Options of one real run (all ranks get the same)."""
 

@@ -27,6 +27,7 @@ or an unknown ``phase()`` label raise :class:`ScriptMarkupError` (a user-input e
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import runpy
 import sys
@@ -42,7 +43,7 @@ from torch.utils.flop_counter import flop_registry
 from gansim.calibration import instrument
 from gansim.calibration.faults import Reporter
 from gansim.calibration.phases import STEP
-from gansim.calibration.run_config import RunConfig, ScriptMarkupError, ScriptSpec
+from gansim.calibration.run_config import RankPlace, RunConfig, ScriptMarkupError, ScriptSpec
 
 #: Time of a step outside every marked phase (it is added to data_s, and kept on its own).
 UNLABELLED = "unlabelled_s"
@@ -284,7 +285,13 @@ def recording(rec: StepRecorder):
         rec.collective("allreduce", _tensor_bytes(tensor), "explicit")
         return original_all_reduce(tensor, *args, **kwargs)
 
-    saved = [(autograd_profiler, "record_function", original_rf),
+    original_init_group = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        check_confined(inspect.signature(original_init_group).bind(*args, **kwargs).arguments)
+        return original_init_group(*args, **kwargs)
+
+    saved = [(autograd_profiler, "record_function", original_rf), (dist, "init_process_group", original_init_group),
              (torch.profiler, "record_function", torch.profiler.record_function),
              (DDP, "__init__", original_init), (DDP, "register_comm_hook", original_register),
              (DDP, "_sync_buffers", original_sync_buffers), (dist, "all_reduce", original_all_reduce)]
@@ -294,6 +301,7 @@ def recording(rec: StepRecorder):
     DDP.register_comm_hook = register_comm_hook
     DDP._sync_buffers = sync_buffers
     dist.all_reduce = all_reduce
+    dist.init_process_group = init_process_group
     instrument.install(rec)
     try:
         yield rec
@@ -305,16 +313,42 @@ def recording(rec: StepRecorder):
             setattr(obj, attr, value)
 
 
-def script_environment(rank: int, world_size: int, port: int, cfg: RunConfig, spec: ScriptSpec) -> dict[str, str]:
-    """What torchrun would set for this rank (one-rank copies: rank 0 of a world of 1)."""
-    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-           "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "MASTER_ADDR": cfg.host,
-           "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+def check_confined(arguments: dict) -> None:
+    """A script's init_process_group must form the world gansim describes in its environment
+    (RANK, WORLD_SIZE, MASTER_ADDR/PORT: env://), or a world size smaller than torchrun's, or
+    the one-rank copies, cannot run on the ranks given them: refuse it at once (a user-input
+    error) rather than hang waiting for ranks that never come."""
+    method = arguments.get("init_method")
+    own = []
+    if arguments.get("store") is not None:
+        own.append("its own store=")
+    if method not in (None, "env://"):
+        own.append(f"init_method={method!r}")
+    for name, var in (("world_size", "WORLD_SIZE"), ("rank", "RANK")):
+        value = arguments.get(name, -1)
+        if value not in (-1, None) and str(value) != os.environ.get(var):
+            own.append(f"{name}={value} (gansim gives {var}={os.environ.get(var)})")
+    if own:
+        raise ScriptMarkupError(
+            f"the script's init_process_group uses {', '.join(own)}: gansim runs each world size on ranks of "
+            "their own that meet through RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, so the script cannot "
+            "be confined to them; call init_process_group(backend) (env://, as under torchrun)")
+
+
+def script_environment(place: RankPlace, spec: ScriptSpec, cfg: RunConfig, host: str, port: int) -> dict[str, str]:
+    """What torchrun would set for this rank (a one-rank copy: rank 0 of a world of 1, on the
+    GPU of its place). The rendezvous store at host:port is hosted by a gansim process, as
+    torchrun's agent hosts its own (TORCHELASTIC_USE_AGENT_STORE)."""
     if spec.solo:
-        env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
-        if cfg.backend == "nccl":  # each copy on its own GPU
-            env["CUDA_VISIBLE_DEVICES"] = str(rank)
-    return env
+        env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+               "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1"}
+        if cfg.backend == "nccl":  # each copy on the GPU of its place (set before CUDA starts)
+            env["CUDA_VISIBLE_DEVICES"] = str(place.local_rank)
+    else:
+        env = {"RANK": str(place.rank), "WORLD_SIZE": str(place.world_size), "LOCAL_RANK": str(place.local_rank),
+               "LOCAL_WORLD_SIZE": str(place.local_world_size), "GROUP_RANK": str(place.node),
+               "ROLE_RANK": str(place.rank), "ROLE_WORLD_SIZE": str(place.world_size)}
+    return {**env, "MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
 
 
 def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -> dict:

@@ -251,10 +251,6 @@ def _check_torch_side(values: dict) -> None:
                     "(start multi-node runs with torchrun)", field="--world-sizes")
     if values["script"] is None:
         check_model_shapes(values["model"], batch=2, field="--model")
-    elif launched_by_torchrun():
-        raise UserInputError("a script under torchrun: run `gansim calibrate --script` on one machine "
-                             "(it spawns the ranks itself); under torchrun, profile the script with "
-                             "torch.profiler and use --from-trace", field="--script")
 
 
 def _log(line: str) -> None:
