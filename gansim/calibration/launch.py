@@ -35,7 +35,9 @@ Tasks a rank can run (one spawn can run several, in order):
     A user's own training script (``ScriptSpec``), which initialises its own process group
     from the torchrun-style environment each rank gets (the parent hosts the rendezvous
     store, as torchrun's agent does); with ``ScriptSpec.solo`` every process runs it as a
-    world of one, each with its own store (the communication-free compute run). See
+    world of one, each with its own store (the communication-free compute run). Under
+    torchrun, each launched rank below the world size runs its rank of the script in a child
+    of its own (:func:`spawn_ranks`, :func:`_script_in_group`). See
     :mod:`gansim.calibration.script_rank`.
 
 Phase names (seconds per step, at the per-rank batch), see :data:`PHASES`:

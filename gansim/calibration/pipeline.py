@@ -176,8 +176,6 @@ class _Recorder:
             m.compute_samples[key] = m.samples[key]
         kept = len(result["ranks"][0]["phases"][STEP])
         m.collectives[key] = summarize(result["collectives"], kept)
-        if result.get("costs") and not m.phase_costs:
-            m.phase_costs = {name: PhaseCost(**cost) for name, cost in result["costs"].items()}
         self.script_batch = result.get("batch_size") or self.script_batch
         self.script_d_steps.extend(result.get("d_steps") or [])
 
@@ -197,6 +195,8 @@ class _Recorder:
         key = str(ws)
         m = self.measured
         cfg = self.opts.run
+        if task in ("train", "compute") and result.get("costs") and not m.phase_costs:
+            m.phase_costs = {name: PhaseCost(**cost) for name, cost in result["costs"].items()}
         if task in ("train", "compute"):
             pooled = _pool(m.samples if task == "train" else m.compute_samples, key, result["ranks"])
             per_repeat = cfg.steps - cfg.warmup

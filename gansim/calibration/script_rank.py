@@ -15,10 +15,9 @@ The script initialises its own process group. While it runs:
   hook (``allreduce_hook``, documented by PyTorch as equivalent); a hook the user registers
   is wrapped the same way. DDP's buffer broadcasts and explicit ``dist.all_reduce`` calls
   are recorded too;
-- in the last warm-up step each phase runs under a dispatch mode that counts its FLOPs
-  (``torch.utils.flop_counter``'s formulas) and the bytes its operators read and write
-  (every input and output tensor once: the unfused-kernel estimate of memory traffic), for
-  the roofline that moves a profile to another device.
+- in the last warm-up step each phase's FLOPs and bytes are counted
+  (:mod:`gansim.calibration.costs`, as the built-in loop counts them), for the roofline
+  that moves a profile to another device.
 
 A phase opened and not closed before the next ``step()``, a phase opened inside another,
 or an unknown ``phase()`` label raise :class:`ScriptMarkupError` (a user-input error: exit 2).
@@ -36,11 +35,9 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
 
 from gansim.calibration import instrument
+from gansim.calibration.costs import PhaseCosts, tensor_bytes
 from gansim.calibration.faults import Reporter
 from gansim.calibration.phases import STEP
 from gansim.calibration.run_config import RankPlace, RunConfig, ScriptMarkupError, ScriptSpec
@@ -51,31 +48,6 @@ UNLABELLED = "unlabelled_s"
 
 class EnoughSteps(BaseException):
     """Raised by ``step()`` once the run has its steps: unwinds the user's script."""
-
-
-def _tensor_bytes(tensors: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tree_flatten(tensors)[0] if isinstance(t, torch.Tensor))
-
-
-class CostCounter(TorchDispatchMode):
-    """FLOPs (torch.utils.flop_counter's per-operator formulas) and bytes read and written
-    (each operator's input and output tensors once) of the operators run under it;
-    communication operators (c10d) are not compute and are skipped."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.flops = 0
-        self.bytes = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func.namespace != "c10d":
-            packet = func._overloadpacket
-            if packet in flop_registry:
-                self.flops += int(flop_registry[packet](*args, **kwargs, out_val=out))
-            self.bytes += _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
-        return out
 
 
 def _sync() -> None:
@@ -100,8 +72,8 @@ class StepRecorder:
         self.occurrence: dict[str, int] = {}
         self.samples: dict[str, list[float]] = {}
         self.collectives: list[dict] = []  # kept steps: {step, op, phase, occurrence, owner, bytes}
-        self.costs: dict[str, dict[str, float]] = {}
-        self.counter: Optional[CostCounter] = None
+        self.costs: dict[str, dict[str, float]] = {}  # per phase occurrence, from the counted step
+        self.counter: Optional[PhaseCosts] = None  # while the last warm-up step runs
         self.batch_size: Optional[int] = None
         self.quiet = 0  # >0 while a recorded hook issues its own collective
         self.d_steps: list[int] = []
@@ -127,8 +99,8 @@ class StepRecorder:
         if self.reporter is not None:
             self.reporter.set(name)
         if self.index == self.warmup - 1:
-            self.counter = CostCounter()
-            self.counter.__enter__()
+            self.counter = self.counter or PhaseCosts()
+            self.counter.start(name)
         self.open_at = self.clock()
 
     def close(self, label: str, failed: bool = False) -> None:
@@ -138,11 +110,7 @@ class StepRecorder:
         _sync()
         elapsed = self.clock() - self.open_at
         if self.counter is not None:
-            self.counter.__exit__(None, None, None)
-            cost = self.costs.setdefault(name, {"flops": 0.0, "bytes": 0.0})
-            cost["flops"] += self.counter.flops
-            cost["bytes"] += self.counter.bytes
-            self.counter = None
+            self.counter.stop()
         self.current[name] = self.current.get(name, 0.0) + elapsed
         self.open_name = None
         if self.reporter is not None:
@@ -170,12 +138,9 @@ class StepRecorder:
         self.step_start = self.clock()
 
     def _end_step(self, now: float) -> None:
-        if self.index == self.warmup - 1:
-            # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
-            for name, cost in self.costs.items():
-                n = max(1, self.occurrence.get(name, 1))
-                cost["flops"] /= n
-                cost["bytes"] /= n
+        if self.counter is not None:  # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
+            self.costs = self.counter.per_occurrence(self.occurrence)
+            self.counter = None
         if self.index < self.warmup:
             return
         total = now - self.step_start
@@ -241,7 +206,7 @@ def recording(rec: StepRecorder):
 
     def recorded(hook, ddp):
         def run(state, bucket):
-            rec.collective("allreduce", _tensor_bytes(bucket.buffer()), owner_of(ddp))
+            rec.collective("allreduce", tensor_bytes(bucket.buffer()), owner_of(ddp))
             rec.quiet += 1
             try:
                 return hook(state, bucket)
@@ -274,7 +239,7 @@ def recording(rec: StepRecorder):
         return original_register(self, state, wrapped)
 
     def sync_buffers(self):
-        rec.collective("broadcast", _tensor_bytes(list(self.modules_buffers)), owner_of(self))
+        rec.collective("broadcast", tensor_bytes(list(self.modules_buffers)), owner_of(self))
         rec.quiet += 1
         try:
             return original_sync_buffers(self)
@@ -282,7 +247,7 @@ def recording(rec: StepRecorder):
             rec.quiet -= 1
 
     def all_reduce(tensor, *args, **kwargs):
-        rec.collective("allreduce", _tensor_bytes(tensor), "explicit")
+        rec.collective("allreduce", tensor_bytes(tensor), "explicit")
         return original_all_reduce(tensor, *args, **kwargs)
 
     original_init_group = dist.init_process_group

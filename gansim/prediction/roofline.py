@@ -99,8 +99,9 @@ def phase_scaling(cost: Optional[PhaseCost], measured: DeviceFigures, target: De
                   phase: str) -> tuple[str, float]:
     """(bound, time ratio target/measured) of one phase."""
     if cost is None:
-        raise UserInputError(f"no FLOPs and bytes for phase {phase}: the roofline needs them (calibrate with "
-                             "--script, or import a trace recorded with with_flops=True and record_shapes=True)",
+        raise UserInputError(f"no FLOPs and bytes for phase {phase}: the roofline needs them (calibrate again "
+                             "with --warmup 1 or more: the last warm-up step counts them; or import a trace "
+                             "recorded with with_flops=True and record_shapes=True)",
                              field=f"measured.phase_costs.{phase}")
     intensity = cost.flops / cost.bytes if cost.bytes > 0 else float("inf")
     if intensity >= measured.ridge_flops_per_byte:
