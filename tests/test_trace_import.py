@@ -41,6 +41,13 @@ def test_phase_times_are_what_the_events_sum_to_and_buckets_are_ddps():
     assert predict(profile, [1, 2, 4])[2].step_time_s > 0
 
 
+def test_steps_that_differ_more_than_the_profiler_explains_are_reported():
+    lines: list[str] = []
+    import_traces(TRACES, overhead_s_per_event=0.0, log=lines.append)
+    # the shipped trace's two profiled steps: 28.58 and 18.43 ms on rank 0
+    assert any("rank 0's 2 profiled steps range from 18.43 to 28.58 ms" in line for line in lines), lines
+
+
 def test_overhead_removal_subtracts_events_times_cost():
     raw = import_traces(TRACES, overhead_s_per_event=0.0)
     fixed = import_traces(TRACES, overhead_s_per_event=2e-6)

@@ -22,10 +22,12 @@ What is read (names as PyTorch 2.x's Kineto exporter writes them):
 - per-phase FLOPs (``flops``, with ``with_flops=True``) and bytes (``Input Dims`` and types)
   for the roofline.
 
-The profiler's overhead: every recorded event costs the traced program time. Each phase
-loses (events recorded in it) x (the cost of one event), measured here with torch.profiler
-on a loop of small operators with the trace's own options (``record_shapes``,
-``with_flops``), or given with ``--profiler-overhead-us``.
+The profiler's overhead: every recorded event costs the traced program's thread time (the
+RecordFunction callbacks run on it). Each phase loses (events recorded in it) x (the cost of
+one event), the thread CPU time the profiler adds to a loop of small training steps here
+with the trace's own options (``record_shapes``, ``with_flops``; see
+:func:`measure_profiler_overhead`), or given with ``--profiler-overhead-us``. A trace whose
+profiled steps differ by more than that can explain is reported.
 
 With several ranks, a phase's time waiting for a collective (the training thread idle
 while a backend collective is in flight) is not compute: the profile's compute figures
@@ -292,10 +294,19 @@ class RankTrace:
 
 
 # ---------------------------------------------------------------------------- overhead
-def measure_profiler_overhead(record_shapes: bool, with_flops: bool, iterations: int = 40) -> float:
-    """Seconds the CPU profiler adds per recorded event on this machine: training steps of a
-    small MLP (forward, backward, Adam: the operators a training trace records) timed with
-    and without it, the difference over the events it recorded (median of three rounds)."""
+def measure_profiler_overhead(record_shapes: bool, with_flops: bool, iterations: int = 40, rounds: int = 7) -> float:
+    """Seconds of the training thread's CPU time the CPU profiler adds per recorded event on
+    this machine: training steps of a small MLP (forward, backward, Adam: the operators a
+    training trace records) with and without it, the difference in the thread's CPU time
+    (``time.thread_time``) over the events recorded, median of ``rounds``.
+
+    Why CPU time: the profiler's cost is work its RecordFunction callbacks do on the thread
+    that runs the operators (time stamps, the inputs' shapes and types with record_shapes,
+    a copy of matrix products' arguments with with_flops); nothing is added to Python calls
+    (no Python tracer without with_stack), and a record_function label costs what an
+    operator does. Wall time would add whatever else this machine runs at import time (on a
+    busy 2-core VM, three runs of 7 rounds gave wall-clock medians of 1.5 to 2.3 us an event,
+    single rounds -10.8 to 7.1; CPU-time medians 1.50 to 1.58, single rounds 0.3 to 5.2)."""
     import time
 
     import torch  # lazily: reading a trace needs no torch, measuring the profiler does
@@ -306,16 +317,16 @@ def measure_profiler_overhead(record_shapes: bool, with_flops: bool, iterations:
     x = torch.randn(8, 16)
 
     def loop() -> float:
-        t = time.perf_counter()
+        t = time.thread_time()
         for _ in range(iterations):
             opt.zero_grad()
             model(x).sum().backward()
             opt.step()
-        return time.perf_counter() - t
+        return time.thread_time() - t
 
     loop()
     costs = []
-    for _ in range(3):
+    for _ in range(rounds):
         plain = loop()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=record_shapes, with_flops=with_flops) as prof:
             profiled = loop()
@@ -387,6 +398,7 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
         samples.append({"rank": r.rank, "phases": phases})
         compute_samples.append({"rank": r.rank, "phases": compute})
     n_steps = len(ranks[0].steps)
+    _warn_step_spread(ranks, log)
     raw = {k: v / n_steps for k, v in raw.items()}
     events_per_step = {k: v / n_steps for k, v in events_per_step.items()}
     means = phase_means(samples)
@@ -432,6 +444,18 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
         f"{sum(events_per_step.values()):.0f} events a step)")
     return Profile.model_validate({"schema": 1, "provenance": provenance.model_dump(),
                                    "measured": measured.model_dump(), "fit": fit})
+
+
+def _warn_step_spread(ranks: list[RankTrace], log: Callable[[str], None], tolerance: float = 1.25) -> None:
+    """Profiled steps that differ more than the profiler's own cost can explain (a busy
+    machine, a first recorded step slower than the next) make the profile's mean uncertain:
+    say so, with the steps."""
+    for r in ranks:
+        steps = [(hi - lo) * 1e-3 for lo, hi in r.step_windows()]
+        if len(steps) > 1 and max(steps) > tolerance * min(steps):
+            log(f"warning: rank {r.rank}'s {len(steps)} profiled steps range from {min(steps):.2f} to {max(steps):.2f} ms "
+                f"(x{max(steps) / min(steps):.2f}): the profile's mean is uncertain by more than the profiler's own "
+                "cost; profile more steps (schedule active=5 or more) on a quiet machine")
 
 
 def _fit_from_trace(ranks: list[RankTrace], world: int, measured: Measured, log) -> tuple[float, float]:
