@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, positive_int_list
+from gansim.cli.args import EXIT_OK, positive_float, positive_int_list
 
 
 def register(sub: Any) -> None:
@@ -18,6 +18,12 @@ def register(sub: Any) -> None:
     pred.add_argument("--world-sizes", default="1,2,3,4", metavar="LIST", help="comma-separated rank counts")
     pred.add_argument("--topology", metavar="NAME_OR_FILE",
                       help="machine to predict for (default: the calibrated host, ranks sharing its cores)")
+    pred.add_argument("--measured-tflops", type=positive_float("--measured-tflops", "TFLOP/s"), metavar="T",
+                      help="peak FLOP/s (TFLOP/s, datasheet) of the device the profile was measured on, "
+                           "when the --topology's GPU differs (default: the profile's, or a shipped "
+                           "topology's GPU of the same name)")
+    pred.add_argument("--measured-memory-bandwidth-GBps", type=positive_float("--measured-memory-bandwidth-GBps", "GB/s"),
+                      metavar="B", help="peak memory bandwidth (GB/s, datasheet) of the measured device")
     pred.add_argument("--json", action="store_true", help="print the predictions as JSON on stdout")
     pred.set_defaults(func=cmd_predict)
 
@@ -44,13 +50,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     topology = load_topology(args.topology, field="--topology") if args.topology else None
-    predictions = predict(profile, positive_int_list(args.world_sizes, "--world-sizes"), topology)
+    predictions = predict(profile, positive_int_list(args.world_sizes, "--world-sizes"), topology,
+                          measured_tflops=args.measured_tflops,
+                          measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps)
     result = {"profile": args.profile, "predictions": [
         {"world_size": p.world_size, "step_time_s": p.step_time_s, "speedup": p.speedup,
-         "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"]} for p in predictions]}
+         "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"],
+         **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
+        for p in predictions]}
     human = sys.stderr if args.json else sys.stdout
     print(f"prediction from {args.profile} ({profile.provenance.model}, batch {profile.provenance.batch_size} "
           f"per rank, {profile.provenance.mode}, {profile.provenance.device})", file=human)
+    scaled = predictions[0].compute_scaled_from if predictions else None
+    if scaled:
+        bounds = ", ".join(f"{name} {v['bound']}-bound x{v['ratio']:.3g}" for name, v in scaled["phases"].items())
+        print(f"compute scaled from {scaled['device']} to {scaled['to']} by a roofline: x{scaled['ratio']:.3g} "
+              f"overall ({bounds})", file=human)
     print(f"{'ranks':>5} {'step ms':>10} {'speedup':>8}  bottleneck", file=human)
     for p in predictions:
         b = p.record["bottleneck"]

@@ -44,6 +44,9 @@ class NodeSpec(Strict):
     kind: NodeKind
     memory_GB: float | None = Field(default=None, gt=0)
     tflops: float | None = Field(default=None, gt=0)
+    # peak device-memory bandwidth per datasheet (GB/s): memory-bound kernels (gradient
+    # compression) and the roofline that moves a calibrated profile to another GPU use it
+    memory_bandwidth_GBps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     model: str | None = None
     cores: int | None = Field(default=None, ge=1)
     host: str | None = None

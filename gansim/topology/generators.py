@@ -119,7 +119,8 @@ class _Builder:
         # only a GPU without peer-to-peer says so: the default (True) stays out of the dict
         extra = {} if getattr(p, "p2p", True) else {"p2p": False}
         return self.node(
-            name, "gpu", memory_GB=p.gpu_memory_GB, tflops=p.gpu_tflops, model=p.gpu_model, **extra
+            name, "gpu", memory_GB=p.gpu_memory_GB, tflops=p.gpu_tflops,
+            memory_bandwidth_GBps=p.gpu_memory_bandwidth_GBps, model=p.gpu_model, **extra
         )
 
     def link(self, a: str, b: str, kind: str, bandwidth_GBps: float, latency_us: float) -> None:
@@ -131,26 +132,30 @@ class _Builder:
         return {"nodes": self.nodes, "links": self.links}
 
 
-# GPU figures used as defaults (fp32 peak TFLOP/s, memory in GB):
-# - GeForce GTX 1080 Ti: 11 GB, 11.34 TFLOPS (NVIDIA spec: 3584 CUDA cores x 1582 MHz boost x 2).
-# - Tesla V100 SXM2 16GB: 15.7 TFLOPS (NVIDIA Tesla V100 datasheet, 2017).
-# - A100 SXM4 40GB: 19.5 TFLOPS (NVIDIA A100 Tensor Core GPU datasheet, 2020).
+# GPU figures used as defaults (fp32 peak TFLOP/s, memory in GB, memory bandwidth in GB/s):
+# - GeForce GTX 1080 Ti: 11 GB, 11.34 TFLOPS (NVIDIA spec: 3584 CUDA cores x 1582 MHz boost x 2),
+#   484 GB/s (NVIDIA GeForce GTX 1080 Ti specifications, 2017: 11 Gbps GDDR5X on 352 bits).
+# - Tesla V100 SXM2 16GB: 15.7 TFLOPS, 900 GB/s HBM2 (NVIDIA Tesla V100 datasheet, 2017).
+# - A100 SXM4 40GB: 19.5 TFLOPS, 1,555 GB/s HBM2 (NVIDIA A100 Tensor Core GPU datasheet, 2020).
 class _GTX1080Ti(_Params):
     gpu_model: str = "GTX 1080 Ti"
     gpu_tflops: float = Field(11.34, gt=0)
     gpu_memory_GB: float = Field(11.0, gt=0)
+    gpu_memory_bandwidth_GBps: float = Field(484.0, gt=0)
 
 
 class _V100(_Params):
     gpu_model: str = "Tesla V100-SXM2-16GB"
     gpu_tflops: float = Field(15.7, gt=0)
     gpu_memory_GB: float = Field(16.0, gt=0)
+    gpu_memory_bandwidth_GBps: float = Field(900.0, gt=0)
 
 
 class _A100(_Params):
     gpu_model: str = "A100-SXM4-40GB"
     gpu_tflops: float = Field(19.5, gt=0)
     gpu_memory_GB: float = Field(40.0, gt=0)
+    gpu_memory_bandwidth_GBps: float = Field(1555.0, gt=0)
 
 
 # --------------------------------------------------------------------------- pcie_tree

@@ -27,7 +27,6 @@ from gansim.network.engine import (
 )
 from gansim.training.memory import (
     bytes_per_gradient_element,
-    memory_bandwidth_GBps,
     quantize_seconds,
     recompute_extra_forward,
 )
@@ -87,7 +86,8 @@ class StepBuilder:
         self.comm = comm
         self.point = point
         self.ranks = np.arange(cluster.ranks)
-        bandwidths = [memory_bandwidth_GBps(cluster.topology.nodes[n].model) for n in cluster.rank_nodes]
+        # the topology's datasheet figure (NodeSpec.memory_bandwidth_GBps), the one source of it
+        bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
 
