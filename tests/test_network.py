@@ -12,11 +12,12 @@ GB = 1e9
 
 
 def run_flows(capacity, routes, starts):
-    """routes: list of (resource list, latency); starts: list of (route index, bytes, start time).
-    Returns each flow's end time."""
+    """routes: list of (resource list, latency[, weights]); starts: list of (route index, bytes,
+    start time). Returns each flow's end time."""
     env = simpy.Environment()
     net = FlowNetwork(env, np.array(capacity, dtype=float), [f"r{i}" for i in range(len(capacity))])
-    ids = [net.add_route(np.array(r, dtype=np.int64), lat) for r, lat in routes]
+    ids = [net.add_route(np.array(r[0], dtype=np.int64), r[1], None if len(r) < 3 else np.array(r[2]))
+           for r in routes]
     ends = {}
     net.on_complete = lambda tags, now: ends.update({int(t): now for t in tags})
     for tag, (route, nbytes, at) in enumerate(starts):
@@ -38,6 +39,20 @@ def test_two_transfers_sharing_a_directed_link_take_twice_as_long():
     shared = run_flows([10 * GB], [([0], 0.0)], [(0, 1e9, 0.0), (0, 1e9, 0.0)])
     assert shared[0] == pytest.approx(2 * alone[0], rel=1e-12)
     assert shared[1] == pytest.approx(2 * alone[0], rel=1e-12)
+
+
+def test_a_flow_weighing_two_on_a_link_moves_at_half_its_capacity():
+    # an LL-protocol transfer sends two bytes on the wire per byte of data
+    (alone,) = run_flows([10 * GB], [([0], 0.0)], [(0, 1e9, 0.0)])
+    (weighted,) = run_flows([10 * GB], [([0], 0.0, [2.0])], [(0, 1e9, 0.0)])
+    assert weighted == pytest.approx(2 * alone, rel=1e-12)
+    # beside a plain flow on the same link, max-min fairness gives both the same data rate x:
+    # 2x + x = capacity, so each moves its 1 GB at 10/3 GB/s
+    both = run_flows([10 * GB], [([0], 0.0, [2.0]), ([0], 0.0)], [(0, 1e9, 0.0), (1, 1e9, 0.0)])
+    assert both == pytest.approx([0.3, 0.3], rel=1e-12)
+    # a weight below 1 (a resource measured in other units) lets the flow go faster than its capacity
+    (light,) = run_flows([1.0], [([0], 0.0, [1 / (10 * GB)])], [(0, 1e9, 0.0)])
+    assert light == pytest.approx(0.1, rel=1e-12)
 
 
 def test_opposite_directions_of_a_full_duplex_link_do_not_interfere():

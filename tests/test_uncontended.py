@@ -15,6 +15,16 @@ TOPOLOGIES = {
     "switch": {"generator": "switch", "params": {"gpus": 12, "bandwidth_GBps": 25.0, "latency_us": 1.0}},
     "multi_node": {"generator": "multi_node", "params": {"nodes": 3, "gpus_per_node": 4}},
     "pcie_pairs": {"generator": "pcie_tree", "params": {"gpus": 8, "gpus_per_switch": 2}},
+    # one GPU without peer-to-peer per host: its bytes to another GPU are staged in the
+    # receiver's host memory, a resource the route weighs 2 (written, then read back), whose
+    # 20 GB/s (10 GB/s of data) is the slowest part of every hop
+    "staged": {"nodes": [{"id": "sw", "kind": "switch"}]
+               + [{"id": f"h{i}", "kind": "host", "dram_bandwidth_GBps": 20.0} for i in range(6)]
+               + [{"id": f"g{i}", "kind": "gpu", "p2p": False, "tflops": 10.0} for i in range(6)],
+               "links": [{"a": f"g{i}", "b": f"h{i}", "kind": "pcie", "bandwidth_GBps": 15.75, "latency_us": 1.0}
+                         for i in range(6)]
+               + [{"a": f"h{i}", "b": "sw", "kind": "net", "bandwidth_GBps": 25.0, "latency_us": 2.0}
+                  for i in range(6)]},
 }
 GAN = {"name": "small-gan", "bytes_per_param": 4, "networks": {
     "discriminator": {"params": 233985, "forward_s": 0.0004, "backward_s": 0.0008, "optimizer_s": 0.0001},
@@ -69,6 +79,18 @@ def test_a_gan_step_with_played_allreduces_times_like_the_flow_network(monkeypat
     flowed, _ = run(monkeypatch, topology, "ring", "paper-mlp-gan", plays=False, **options)
     assert plays > 0
     assert_same(played, flowed)
+
+
+def test_a_ring_staged_through_host_memory_is_played_at_its_weighted_rate(monkeypatch):
+    workload = {"allreduce_bytes": 4 * 100_003}
+    played, plays = run(monkeypatch, "staged", "ring", workload, plays=True)
+    flowed, _ = run(monkeypatch, "staged", "ring", workload, plays=False)
+    assert plays == 3
+    assert flowed["bottleneck"]["kind"] == "memory"
+    assert_same(played, flowed)
+    # each hop moves its bytes at 10 GB/s, half the memory's 20 GB/s
+    p, n = 6, workload["allreduce_bytes"]
+    assert flowed["allreduce_time_s"] > 2 * (p - 1) / p * n / 10e9
 
 
 def test_channels_of_one_pair_in_one_step_move_as_one_transfer(monkeypatch):

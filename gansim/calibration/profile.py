@@ -84,6 +84,12 @@ class Provenance(_Model):
     # the measurements noisy (and core sharing too high)
     load_average_start: Optional[float] = None
     load_average_end: Optional[float] = None
+    # what was measured: gansim's own loop (model), a user's script, a torch.profiler trace
+    source: Literal["model", "script", "trace"] = "model"
+    # the measured device's peak figures when the user gave them (datasheet), for the roofline
+    # that moves the profile to another device
+    device_tflops: Optional[float] = Field(None, gt=0)
+    device_memory_bandwidth_GBps: Optional[float] = Field(None, gt=0)
 
 
 class AllreducePoint(_Model):
@@ -100,6 +106,37 @@ class ReductionPoint(_Model):
     bytes: int = Field(gt=0)
     time_s: float = Field(gt=0)
     iters: Optional[int] = None
+
+
+class CollectiveRecord(_Model):
+    """A collective a calibrated script or trace issued: what, in which phase (its n-th
+    occurrence in the step, e.g. the first D step), by whom (ddp0, ddp1, ... in creation
+    order, or explicit), how many bytes, and how many times per step."""
+
+    op: str
+    phase: str = ""
+    occurrence: int = Field(0, ge=0)
+    owner: str = ""
+    bytes: int = Field(ge=0)
+    per_step: float = Field(ge=0)
+
+
+class PhaseCost(_Model):
+    """One occurrence of a phase: FLOPs (torch.utils.flop_counter) and bytes its operators
+    read and write (each input and output tensor once), for the roofline."""
+
+    flops: float = Field(ge=0)
+    bytes: float = Field(ge=0)
+
+
+class ProfilerCorrection(_Model):
+    """How a trace's phases were freed of the profiler's own cost: events recorded per step
+    and phase, the cost of one event measured on the importing machine, and the raw times."""
+
+    overhead_s_per_event: float = Field(ge=0)
+    events_per_step: dict[str, float] = Field(default_factory=dict)
+    raw_phases: dict[str, float] = Field(default_factory=dict)
+    resolution_s: Optional[float] = None
 
 
 class RankSamples(_Model):
@@ -139,10 +176,16 @@ class Measured(_Model):
     # per world size, each spawn's share of all CPU time that was stolen (a VM's hypervisor
     # running other guests on its cores; /proc/stat), in repeat order; empty off Linux
     steal_fraction: dict[str, list[Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
+    # per world size: the collectives a user's script or trace issued in a kept step
+    collectives: dict[str, list[CollectiveRecord]] = Field(default_factory=dict)
+    # per phase (one occurrence): FLOPs and bytes, counted in a warm-up step or from a trace
+    phase_costs: dict[str, PhaseCost] = Field(default_factory=dict)
+    # a trace's profiler overhead correction (gansim calibrate --from-trace)
+    profiler: Optional[ProfilerCorrection] = None
 
     _keys = field_validator(
         "step_time_s", "repeat_step_time_s", "samples", "phases", "compute_only", "compute_samples",
-        "compute_solo", "compute_solo_samples", "steal_fraction",
+        "compute_solo", "compute_solo_samples", "steal_fraction", "collectives",
     )(_check_ws_keys)
 
     def repeat_spread(self, world_size: str) -> Optional[float]:
@@ -168,6 +211,14 @@ class BufferBytes(_Model):
     generator: int = Field(default=0, ge=0)
 
 
+class GradientBuckets(_Model):
+    """The gradient all-reduces one network's step issued, in order (DDP's buckets as it
+    formed them): bytes each."""
+
+    discriminator: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    generator: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+
+
 class Fit(_Model):
     allreduce_model: Literal["ring"] = "ring"
     alpha_s: float = Field(ge=0)
@@ -180,6 +231,8 @@ class Fit(_Model):
     compute_cv: float = Field(0.0, ge=0)
     gradient_bytes: GradientBytes
     buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)
+    # measured buckets (scripts and traces); predictions all-reduce exactly these
+    gradient_buckets: Optional[GradientBuckets] = None
     residuals: dict[str, dict[str, float]] = Field(default_factory=dict)
     rms_relative_residual: Optional[float] = None
 

@@ -32,6 +32,23 @@ def positive_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def number(text: object, flag: str, unit: str = "", allow_zero: bool = False) -> float:
+    """A flag's finite number > 0 (>= 0 with `allow_zero`), or one line naming the flag."""
+    allowed = f"a finite number{' of ' + unit if unit else ''} {'>=' if allow_zero else '>'} 0"
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise UserInputError(f"{text!r} is not a number; allowed: {allowed}", field=flag) from None
+    if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+        raise UserInputError(f"{text!r}: allowed: {allowed}", field=flag)
+    return value
+
+
+def positive_float(flag: str, unit: str = "") -> Callable[[str], float]:
+    """An argparse `type` for a finite number > 0."""
+    return lambda text: number(text, flag, unit)
+
+
 def positive_int_list(text: str, flag: str) -> list[int]:
     """A CLI list of counts such as `--world-sizes 1,2,4`: sorted, distinct, each >= 1."""
     try:

@@ -23,6 +23,7 @@ COMMANDS = {
     "topology": ("topology",),
     "calibrate": ("calibrate",),
     "plan": ("plan",),
+    "nccl_tests": ("nccl-tests",),
 }
 
 

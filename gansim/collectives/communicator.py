@@ -15,6 +15,7 @@ from gansim.collectives.closed_forms import (
     closed_form_time,
     paper_allreduce_time,
 )
+from gansim.collectives import nccl
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
 from gansim.collectives.uncontended import PlayPlan, TransferBudget, UncontendedPlay
 from gansim.core.errors import UserInputError
@@ -50,6 +51,9 @@ class Communicator:
     chunks: int = 1
     gamma_s_per_byte: float = 0.0
     element_bytes: int = 4
+    # the `nccl` algorithm: NCCL_ALGO / NCCL_PROTO, or None for NCCL's own choice
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
     # all-reduces of at least this many transfers that nothing contends with are played
     # by gansim/collectives/uncontended.py (None: never), keeping the run's first
     # `keep_transfers` transfers, in all, for its details
@@ -61,6 +65,7 @@ class Communicator:
     # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
     # plan, or None where it is contended
     _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
+    _nccl: nccl.NcclState | None = field(default=None, repr=False)
 
     def play_plan(self, schedule: Schedule, nbytes: float) -> PlayPlan | None:
         key = (id(schedule), nbytes)
@@ -68,6 +73,12 @@ class Communicator:
             self._plans[key] = (schedule, PlayPlan.build(self.cluster, schedule, _participants(self.cluster, schedule),
                                                          nbytes))
         return self._plans[key][1]
+
+    def nccl(self) -> nccl.NcclState:
+        """NCCL's view of this run's machine and its tuning (built on first use)."""
+        if self._nccl is None:
+            self._nccl = nccl.nccl_state(self.cluster)
+        return self._nccl
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
         """Add an all-reduce of `nbytes` per rank that each rank joins after its `entry`
@@ -84,13 +95,30 @@ class Communicator:
         cost model) or charged by its closed form (the others; the paper has no broadcast,
         so `paper` charges the alpha-beta form too)."""
         before = self.graph.size
-        if self.cost_model == "flow":
+        if self.algorithm == nccl.NCCL:
+            exits = nccl_collective(self, entry, "broadcast", nbytes, label)
+        elif self.cost_model == "flow":
             count = max(1, int(np.ceil(nbytes / self.element_bytes)))
             exits = play_schedule(self, entry, broadcast(self.cluster.ranks, count), nbytes, label)
         else:
             link = self.link_parameters()
             seconds = binomial_broadcast_time(self.cluster.ranks, nbytes, link.alpha_s, link.beta_s_per_byte)
             exits = _closed_form_delay(self, entry, seconds, label)
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        return exits
+
+    def collective(self, op: str, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        """Any of nccl-tests' collectives (all_reduce, all_gather, reduce_scatter, broadcast);
+        the textbook algorithms have the all-reduce and the broadcast only."""
+        if op == "all_reduce":
+            return self.allreduce(entry, nbytes, label)
+        if op == "broadcast":
+            return self.broadcast(entry, nbytes, label)
+        if self.algorithm != nccl.NCCL:
+            raise UserInputError(f"{op} is modelled for the nccl algorithm only, not {self.algorithm!r}",
+                                 field="algorithm")
+        before = self.graph.size
+        exits = nccl_collective(self, entry, op, nbytes, label)
         self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
         return exits
 
@@ -111,6 +139,16 @@ def _schedule(algorithm: str, ranks: int, count: int, groups: tuple[tuple[int, .
     return build_schedule(algorithm, ranks, count, [list(g) for g in groups] if groups else None)
 
 
+def nccl_collective(comm: Communicator, entry: np.ndarray, op: str, nbytes: float, label: str) -> np.ndarray:
+    """A collective as NCCL runs it: its channels as flows (`flow`), or NCCL's own tuning
+    model's time (`alpha_beta`; the paper's model has no NCCL, so it charges the same)."""
+    state = comm.nccl()
+    if comm.cost_model == "flow":
+        return nccl.play(comm.cluster, comm.graph, state, entry, op, nbytes, label, comm.nccl_algo, comm.nccl_proto)
+    seconds = nccl.model_seconds(state, op, nbytes, comm.nccl_algo, comm.nccl_proto)
+    return _closed_form_delay(comm, entry, seconds, label)
+
+
 def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, label: str) -> np.ndarray:
     """A closed form is a synchronising collective: it starts when the last rank joins."""
     graph = comm.graph
@@ -124,6 +162,8 @@ def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, la
 
 @COST_MODELS.register("alpha_beta")
 def alpha_beta_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+    if comm.algorithm == nccl.NCCL:
+        return nccl_collective(comm, entry, "all_reduce", nbytes, label)
     p = comm.cluster.ranks
     link = comm.link_parameters()
     groups = [list(g) for g in comm.groups()]
@@ -148,7 +188,10 @@ _BLOCK_CELLS = 1 << 21
 
 @COST_MODELS.register("flow")
 def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
-    """Play the all-reduce algorithm's schedule on the network (see play_schedule)."""
+    """Play the all-reduce algorithm's schedule on the network (see play_schedule); `nccl`
+    plays NCCL's channels (gansim/collectives/nccl.py)."""
+    if comm.algorithm == nccl.NCCL:
+        return nccl_collective(comm, entry, "all_reduce", nbytes, label)
     count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
     groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
     schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)

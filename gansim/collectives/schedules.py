@@ -221,6 +221,19 @@ def ring(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
     return _schedule("ring", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
 
 
+@ALGORITHMS.register("nccl")
+def nccl(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """NCCL's shape when no machine is given: one channel of its ring, through the ranks
+    machine by machine (`groups`, in order). On a machine the cost models play what NCCL itself
+    would run there (gansim/collectives/nccl.py: its algorithm, protocol and channels)."""
+    order = [r for g in _check_partition(groups, ranks, "nccl") for r in g] if groups else list(range(ranks))
+    if ranks == 1:
+        return _schedule("nccl", ranks, count, [])
+    members = np.array(order, dtype=np.int64)[None, :]
+    bounds = segment_bounds(count, ranks)[None, :]
+    return _schedule("nccl", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
+
+
 @ALGORITHMS.register("tree")
 def tree(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
     """Binomial-tree reduce to rank 0 then binomial broadcast, whole buffer per transfer.

@@ -5,8 +5,9 @@ step only one pair of participants crosses it (several transfers of one pair in 
 as channels are, move as one), and (2) every pair that ever crosses it shares one
 participant. The per-rank rendezvous then orders every two transfers on a resource (the
 later one waits for that participant's earlier step), so no two of them ever share it:
-each takes its route's latency, then its bytes at its route's slowest capacity, exactly
-what the flow network gives a flow that is alone on its route. The whole collective is then
+each takes its route's latency, then its bytes at its route's slowest capacity (over the
+route's weight on it: a copy staged in host memory weighs 2 on that memory), exactly what
+the flow network gives a flow that is alone on its route. The whole collective is then
 a max-plus recurrence over its steps, vectorised over the transfers of a step: no task per
 transfer and no event per step, so a ring over 16,384 ranks (half a billion transfers) is
 32,766 steps of a few numpy operations.
@@ -262,8 +263,10 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
     route = cluster.pair_routes(participants, src, dst)
     net = cluster.network
     flow, res = net.route_pairs(route)
+    weight = net.route_pair_weights(route)
+    # what the flow network gives a flow alone on its route: the least capacity / weight
     rate = np.full(route.size, np.inf)
-    np.minimum.at(rate, flow, net.capacity[res])
+    np.minimum.at(rate, flow, net.capacity[res] if weight is None else net.capacity[res] / weight)
     takes_part = np.union1d(src, dst)
     full = (takes_part.size == n_part and np.unique(src).size == n_part and np.unique(dst).size == n_part)
     send_slot = recv_slot = None

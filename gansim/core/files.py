@@ -12,7 +12,7 @@ import yaml
 
 from gansim.core.errors import UserInputError
 
-ShippedKind = Literal["topologies", "scenarios", "platforms"]
+ShippedKind = Literal["topologies", "scenarios", "platforms", "validation"]
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -37,7 +37,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-_SINGULAR = {"topologies": "topology", "scenarios": "scenario", "platforms": "platform catalog"}
+_SINGULAR = {"topologies": "topology", "scenarios": "scenario", "platforms": "platform catalog",
+             "validation": "published measurement"}
 
 
 def shipped_dir(kind: ShippedKind) -> Path:
@@ -49,7 +50,7 @@ def shipped_dir(kind: ShippedKind) -> Path:
     return Path(__file__).resolve().parents[2] / kind
 
 
-def shipped_names(kind: Literal["topologies", "scenarios"]) -> list[str]:
+def shipped_names(kind: Literal["topologies", "scenarios", "validation"]) -> list[str]:
     return sorted(p.stem for p in shipped_dir(kind).glob("*.yaml"))
 
 

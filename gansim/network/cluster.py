@@ -83,6 +83,22 @@ class Cluster:
                     loader.append(self._pool(host, pools, resources, capacity, 1.0))
                 loader_routes.append(loader)
             compute_routes.append(route)
+        # A GPU's collective kernels (the SMs NCCL's channels run on) as one resource of
+        # capacity 1: a collective's flows weigh 1 / (what its kernels can move per second)
+        # on it, so per-channel and per-GPU throughput limits bind like any other resource.
+        self.kernel_resource = np.full(ranks, -1, dtype=np.int64)
+        for r, node in enumerate(self.rank_nodes):
+            if topology.nodes[node].kind == "gpu":
+                self.kernel_resource[r] = len(names)
+                resources.append(f"{node}:collective kernels", "kernels")
+                capacity.append(1.0)
+        # A host's DRAM, which GPU-to-GPU bytes staged in host memory write and read back
+        self.memory_resource: dict[str, int] = {}
+        for name, spec in topology.nodes.items():
+            if spec.kind == "host":
+                self.memory_resource[name] = len(names)
+                resources.append(f"{name}:memory", "memory")
+                capacity.append(spec.dram_bandwidth_GBps * 1e9 if spec.dram_bandwidth_GBps else float("inf"))
         # loader work is in the units of its route: the rank's core for CPU ranks, seconds else
         self.loader_scale = np.where([topology.nodes[n].kind == "cpu" for n in self.rank_nodes], self.work_scale, 1.0)
         self.resource_names, self.resource_kinds = names, kinds
@@ -93,6 +109,7 @@ class Cluster:
         self._h2d_routes: np.ndarray | None = None
         # per participant tuple: sorted keys (src * participants + dst) and their route ids
         self._pair_routes: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._weighted_routes: dict[bytes, int] = {}
 
     def resource(self, index: int) -> Resource:
         return Resource(self.resource_names[index], self.resource_kinds[index])
@@ -118,11 +135,40 @@ class Cluster:
         key = (src, dst)
         found = self._node_routes.get(key)
         if found is None:
+            staging = self.staging_host(src, dst)
+            if staging is not None:
+                # no peer-to-peer: written to the receiver's host memory, read back from it
+                first, second = self.topology.route(src, staging), self.topology.route(staging, dst)
+                links = np.concatenate([first.links, second.links])
+                found = self._node_routes[key] = self.network.add_route(
+                    np.concatenate([links, [self.memory_resource[staging]]]), first.latency_s + second.latency_s,
+                    np.concatenate([np.ones(links.size), [2.0]]))
+                return found
             route = self.topology.route(src, dst)
             # a CPU rank's messages are moved by its own core (and draw on its host's cores)
             extra = self._cpu_route_extra.get(src, []) + self._cpu_route_extra.get(dst, [])
             resources = np.concatenate([route.links, np.array(sorted(set(extra)), dtype=np.int64)])
             found = self._node_routes[key] = self.network.add_route(resources, route.latency_s)
+        return found
+
+    def staging_host(self, src: str, dst: str) -> str | None:
+        """The host whose memory stages bytes from GPU src to GPU dst when one of them cannot
+        do peer-to-peer (`p2p: false`) and no NVLink joins them: the receiver's (as NCCL's SHM
+        transport keeps its buffer on the receiver's side); None when they talk directly."""
+        nodes = self.topology.nodes
+        if nodes[src].kind != "gpu" or nodes[dst].kind != "gpu" or (nodes[src].p2p and nodes[dst].p2p):
+            return None
+        if self.topology.has_link(src, dst) and self.topology.link_kinds[self.topology.link_index(src, dst)] == "nvlink":
+            return None
+        return self.topology.host_of.get(dst)
+
+    def weighted_route(self, resources: np.ndarray, weights: np.ndarray) -> int:
+        """A route over any resources with a weight on each, no latency (a collective that
+        charges its own latency); the same resources and weights give the same route id."""
+        key = np.asarray(resources, dtype=np.int64).tobytes() + np.asarray(weights, dtype=float).tobytes()
+        found = self._weighted_routes.get(key)
+        if found is None:
+            found = self._weighted_routes[key] = self.network.add_route(resources, 0.0, weights)
         return found
 
     def pair_routes(self, participants: tuple[str, ...], src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -70,6 +70,38 @@ def _merge(into: dict[str, Any], props: dict[str, Any]) -> None:
             into[key] = value
 
 
+def grid(rows: int, cols: int, titles: list[str], vertical_spacing: float,
+         horizontal_spacing: float | None = None) -> "Figure":
+    """An empty figure of rows x cols panels, row 1 at the top, each titled, laid out as
+    plotly's make_subplots does (panel k = (row - 1) * cols + col has axes xk/yk; a trace
+    goes into it with `in_panel`)."""
+    gap_x = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
+    width = (1 - gap_x * (cols - 1)) / cols
+    height = (1 - vertical_spacing * (rows - 1)) / rows
+    layout: dict[str, Any] = {"annotations": []}
+    for r in range(rows):
+        for c in range(cols):
+            k = r * cols + c + 1
+            x0 = c * (width + gap_x)
+            y1 = 1 - r * (height + vertical_spacing)
+            suffix = "" if k == 1 else str(k)
+            layout[f"xaxis{suffix}"] = {"domain": [x0, x0 + width], "anchor": f"y{suffix}"}
+            layout[f"yaxis{suffix}"] = {"domain": [y1 - height, y1], "anchor": f"x{suffix}"}
+            if k <= len(titles):
+                layout["annotations"].append({
+                    "text": titles[k - 1], "x": x0 + width / 2, "y": y1, "xref": "paper", "yref": "paper",
+                    "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 16}})
+    fig = Figure()
+    fig.update_layout(**layout)
+    return fig
+
+
+def in_panel(trace: dict[str, Any], panel: int) -> dict[str, Any]:
+    """The trace drawn in panel `panel` (1-based) of a `grid` figure."""
+    suffix = "" if panel == 1 else str(panel)
+    return {**trace, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
+
+
 class Figure:
     """Traces and a layout; `to_html` gives the div and the script that draws it."""
 

@@ -86,6 +86,8 @@ def utilisation(timeline: RunTimeline) -> tuple[list[dict[str, Any]], dict[str, 
     for i in order:
         if carried[i] <= 0:
             break
+        if not np.isfinite(net.capacity[i]):
+            continue  # a resource without a limit (a host memory of unknown bandwidth) binds nothing
         res = timeline.cluster.resource(i)
         rows.append({"resource": res.name, "kind": res.kind, "utilization": round(float(util[i]), 6)})
     bottleneck = rows[0] if rows else {"resource": None, "kind": None, "utilization": 0.0}

@@ -179,6 +179,22 @@ class Topology:
     def has_link(self, u: str, v: str) -> bool:
         return (u, v) in self._link_index
 
+    def link_kind(self, u: str, v: str) -> str:
+        """The kind of the link between two nodes (KeyError when none joins them)."""
+        return self.link_kinds[self._link_index[(u, v)]]
+
+    def neighbors(self, node: str) -> list[str]:
+        """The nodes linked to `node`, in the order of its links in the file (networkx's order)."""
+        return self._adjacency.get(node, [])
+
+    @cached_property
+    def _adjacency(self) -> dict[str, list[str]]:
+        adjacency: dict[str, list[str]] = {}
+        for link in self.links:
+            adjacency.setdefault(link.a, []).append(link.b)
+            adjacency.setdefault(link.b, []).append(link.a)
+        return adjacency
+
     def links_from(self, node: str) -> np.ndarray:
         """The directed links leaving a node."""
         return np.flatnonzero(self.ends[:, 0] == list(self.nodes).index(node))

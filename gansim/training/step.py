@@ -28,7 +28,6 @@ from gansim.network.engine import (
 )
 from gansim.training.memory import (
     bytes_per_gradient_element,
-    memory_bandwidth_GBps,
     quantize_seconds,
     recompute_extra_forward,
 )
@@ -101,7 +100,8 @@ class StepBuilder:
         self.comm = comm
         self.point = point
         self.ranks = np.arange(cluster.ranks)
-        bandwidths = [memory_bandwidth_GBps(cluster.topology.nodes[n].model) for n in cluster.rank_nodes]
+        # the topology's datasheet figure (NodeSpec.memory_bandwidth_GBps), the one source of it
+        bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
 
@@ -239,6 +239,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
     element_bytes = bytes_per_gradient_element(point.options.gradient_dtype)
     comm = Communicator(cluster, graph, point.algorithm, point.cost_model, chunks=point.options.chunks,
                         gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
+                        nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto,
                         uncontended_min_transfers=uncontended_min_transfers, keep_transfers=keep_transfers)
     builder = StepBuilder(cluster, graph, comm, point)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
