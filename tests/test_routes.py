@@ -47,6 +47,10 @@ def test_components_numbers_parts_by_their_smallest_vertex():
     {"generator": "multi_node", "params": {"nodes": 5, "gpus_per_node": 4}},
     {"generator": "switch", "params": {"gpus": 24}},
     {"generator": "multi_node", "params": {"nodes": 3, "intra": "dgx1"}},
+    # GPUs of one machine on two PCIe switches reach each other as soon through the host as
+    # through their NICs and the network switch: routes of equal length on and off a hub
+    {"generator": "multi_node", "params": {"nodes": 3, "gpus_per_node": 8, "intra": "pcie_tree",
+                                           "intra_params": {"gpus_per_switch": 4}}},
 ])
 def test_routes_through_hubs_are_the_routes_found_one_source_at_a_time(monkeypatch, spec):
     def routes(hub_degree: int) -> list[tuple[list[int], float]]:
@@ -54,7 +58,24 @@ def test_routes_through_hubs_are_the_routes_found_one_source_at_a_time(monkeypat
         topo = topology_from_dict({"name": "t", **spec}, "test")
         assert bool(topo._hub_routing.hubs) == (hub_degree < 10)
         ranks = topo.ranks
-        pairs = [(a, b) for a, b in itertools.product(ranks, ranks) if a != b]
+        ends = ranks + [n for n, spec in topo.nodes.items() if spec.kind in ("nic", "host")]
+        pairs = [(a, b) for a, b in itertools.product(ends, ends) if a != b]
         return [(r.links.tolist(), r.latency_s) for r in topo.routes(pairs)]
 
     assert routes(3) == routes(10**6)
+
+
+def test_of_equally_short_routes_the_one_scipys_search_took_is_taken():
+    """Routes were found by scipy's Dijkstra before gansim searched around hubs; where several
+    are equally short (a GPU on the other PCIe switch of its machine: through the host, or
+    out through its NIC and back in through the peer's; a GPU's host: directly or through its
+    NIC), the same one is taken, so that simulated results stay the same."""
+    spec = {"generator": "multi_node", "params": {"nodes": 2, "gpus_per_node": 8, "intra": "pcie_tree",
+                                                  "intra_params": {"gpus_per_switch": 4}}}
+    topo = topology_from_dict({"name": "t", **spec}, "test")
+
+    def hops(src: str, dst: str) -> list[str]:
+        return [topo.link_names[i] for i in topo.route(src, dst).links]
+
+    assert hops("n0.gpu0", "n0.gpu4") == ["n0.gpu0->n0.nic0", "n0.nic0->switch", "switch->n0.nic4", "n0.nic4->n0.gpu4"]
+    assert hops("n0.gpu0", "n0.host") == ["n0.gpu0->n0.nic0", "n0.nic0->n0.host"]

@@ -309,16 +309,19 @@ class Topology:
     def _hub_routing(self) -> "_HubRouting":
         graph = self._routing[2]
         hubs = np.flatnonzero(graph.degree() > HUB_DEGREE).tolist()
-        backwards = graph.reversed() if hubs else graph
-        from_hub = [dijkstra(graph, [h])[:2] for h in hubs]
-        to_hub = [dijkstra(backwards, [h])[:2] for h in hubs]
-        return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs))
+        backwards = graph.reversed()
+        from_hub = [dijkstra(graph, [h], high_first=True)[:2] for h in hubs]
+        to_hub = [dijkstra(backwards, [h])[0] for h in hubs]
+        return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs), backwards.out)
 
     def _search_routes(self, missing: list[tuple[str, str]]) -> None:
-        """A shortest route either crosses some hub h (then it is a shortest route to h
-        followed by one from h) or never enters a hub: the shorter of the two, the route
-        that stays off the hubs where they are as short (then the first hub's). Without
-        hubs, that is one search per source."""
+        """The routes Dijkstra's search from each source finds when it takes vertices of
+        equal distance highest first, as scipy's did (gansim's routes before it searched
+        around hubs), so where several routes are equally short the same one is taken.
+        Found without crossing the hubs (network switches linked to more than HUB_DEGREE
+        nodes, whose every search would cross all of their links): one search per source
+        that stays off them, and two per hub (a shortest route through a hub is one to it
+        and one from it). See _Walk."""
         hub = self._hub_routing
         graph = self._routing[2]
         by_source: dict[str, list[str]] = {}
@@ -327,35 +330,105 @@ class Topology:
         for src, dsts in by_source.items():
             start = self._vertex(src, "out")
             targets = {dst: self._vertex(dst, "in") for dst in dsts}
-            local_dist, local_pred, _ = dijkstra(graph, [start], targets=targets.values(), skip=hub.skip)
+            # it stops at its last target, or has settled everything it reaches off the hubs
+            local_dist, local_pred, _ = dijkstra(graph, [start], targets=targets.values(), skip=hub.skip,
+                                                 high_first=True)
+            via = [(h, to_dist[start], from_dist, from_pred)
+                   for h, (from_dist, from_pred), to_dist in zip(hub.hubs, hub.from_hub, hub.to_hub)
+                   if start in to_dist]
+            walk = _Walk(start, local_dist, local_pred, via, hub, graph)
             for dst, target in targets.items():
-                best, best_hub = local_dist.get(target, np.inf), -1
-                for h, ((from_dist, _), (to_dist, _)) in enumerate(zip(hub.from_hub, hub.to_hub)):
-                    via = to_dist.get(start, np.inf) + from_dist.get(target, np.inf)
-                    if via < best:
-                        best, best_hub = via, h
-                if not np.isfinite(best):
+                path = walk.route(target)
+                if path is None:
                     raise self._no_route(src, dst)
-                if best_hub < 0:
-                    self._store(src, dst, path_to(local_pred, start, target))
-                    continue
-                centre = hub.hubs[best_hub]
-                towards = hub.to_hub[best_hub][1]  # on the reversed graph: the next vertex towards the hub
-                path = [start]
-                while path[-1] != centre:
-                    path.append(towards[path[-1]])
-                self._store(src, dst, path + path_to(hub.from_hub[best_hub][1], centre, target)[1:])
+                self._store(src, dst, path)
 
 
 @dataclass(frozen=True)
 class _HubRouting:
-    """Shortest routes from and to every hub (none on a graph without hubs): per hub,
-    (distance, predecessor) of every vertex, the routes to it taken on the reversed graph."""
+    """Per hub (none on a graph without hubs), the distances and predecessors of the search
+    from it and the distances of the search to it; each vertex's incoming edges."""
 
     hubs: list[int]  # routing vertices
     from_hub: list[tuple[dict[int, float], dict[int, int]]]
-    to_hub: list[tuple[dict[int, float], dict[int, int]]]
+    to_hub: list[dict[int, float]]
     skip: frozenset[int]
+    into: list[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
+
+
+class _Walk:
+    """Routes from one source, as its search over the whole graph would give them.
+
+    That search gives each vertex v the predecessor that reaches v at v's distance and is
+    itself nearest to the source, then the highest: a rule of the distances alone. The
+    distance of a vertex is its distance off the hubs, or the distance to a hub plus the
+    distance from it, whichever is shorter. Where every shortest route to v stays off the
+    hubs, the off-hub search's predecessors are that rule's; where every one crosses one
+    hub h, the route to h by the rule and then the search from h's; elsewhere (routes of
+    equal length both ways) the rule itself, walked back from v."""
+
+    def __init__(self, start: int, local_dist: dict[int, float], local_pred: dict[int, int],
+                 via: list[tuple[int, float, dict[int, float], dict[int, int]]], hub: _HubRouting, graph: Digraph):
+        self.start = start
+        self.local_dist, self.local_pred, self.via, self.hub, self.graph = local_dist, local_pred, via, hub, graph
+        self._to_hub: dict[int, list[int]] = {}
+
+    def route(self, target: int) -> list[int] | None:
+        """The vertices of the route from the source to `target` (None: no route)."""
+        best, best_hub, tie = self.local_dist.get(target, np.inf), -1, False
+        for i, (_, to_hub, from_dist, _) in enumerate(self.via):
+            d = to_hub + from_dist.get(target, np.inf)
+            if d < best:
+                best, best_hub, tie = d, i, False
+            elif d == best:
+                tie = True
+        if not np.isfinite(best):
+            return None
+        if tie:
+            return self._walk_back(target)
+        if best_hub < 0:
+            return path_to(self.local_pred, self.start, target)
+        h, _, _, from_pred = self.via[best_hub]
+        return self._route_to_hub(h) + path_to(from_pred, h, target)[1:]
+
+    def _route_to_hub(self, h: int) -> list[int]:
+        found = self._to_hub.get(h)
+        if found is None:
+            dh = self.distance(h)
+            if any(other != h and to_hub + from_dist.get(h, np.inf) == dh for other, to_hub, from_dist, _ in self.via):
+                found = self._walk_back(h)  # a route as short crosses another hub
+            else:
+                # the last vertex before h is one reached off the hubs, and so is every
+                # vertex of every shortest route to it
+                edges = [(u, weight) for u in self.local_dist for w, weight in self.graph.out[u] if w == h]
+                found = path_to(self.local_pred, self.start, self._pred(h, edges)) + [h]
+            self._to_hub[h] = found
+        return found
+
+    def distance(self, v: int) -> float:
+        best = self.local_dist.get(v, np.inf)
+        for _, to_hub, from_dist, _ in self.via:
+            d = to_hub + from_dist.get(v, np.inf)
+            if d < best:
+                best = d
+        return best
+
+    def _pred(self, v: int, edges: list[tuple[int, float]]) -> int:
+        """Of the vertices with an edge to v that reach v at its distance, the nearest, then
+        the highest."""
+        dv = self.distance(v)
+        best, best_d = -1, np.inf
+        for u, weight in edges:
+            du = self.distance(u)
+            if du + weight == dv and (du < best_d or (du == best_d and u > best)):
+                best, best_d = u, du
+        return best
+
+    def _walk_back(self, target: int) -> list[int]:
+        path = [target]
+        while path[-1] != self.start:
+            path.append(self._pred(path[-1], self.hub.into[path[-1]]))
+        return path[::-1]
 
 
 def _route_weight(latency_us: np.ndarray) -> np.ndarray:

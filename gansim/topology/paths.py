@@ -3,8 +3,8 @@
 Searches stop as soon as every vertex they were asked for is settled, and may skip
 vertices, which is what routing on machines of tens of thousands of GPUs needs (see
 Topology.routes). Ties are broken the same way every time: vertices leave the heap in
-(distance, vertex) order, neighbours are relaxed in ascending order, and a vertex keeps
-the first predecessor that reached it at its final distance."""
+(distance, vertex) order (or highest vertex first), neighbours are relaxed in ascending
+order, and a vertex keeps the first predecessor that reached it at its final distance."""
 
 from __future__ import annotations
 
@@ -36,31 +36,39 @@ class Digraph:
 
 
 def dijkstra(graph: Digraph, sources: Iterable[int], *, targets: Iterable[int] | None = None,
-             skip: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, float], dict[int, int], dict[int, int]]:
+             skip: set[int] | frozenset[int] = frozenset(),
+             high_first: bool = False) -> tuple[dict[int, float], dict[int, int], dict[int, int]]:
     """Distances from the nearest of `sources`, each vertex's predecessor on its shortest
     path and the source it comes from; vertices in `skip` are never entered. With
-    `targets`, the search stops once they are all settled."""
+    `targets`, the search stops once they are all settled, and only the vertices it
+    settled are in what it returns. Vertices of equal distance leave the heap lowest
+    first, or highest first with `high_first` (as scipy's Dijkstra, which gansim used
+    before, ordered them: see Topology._search_routes)."""
     dist: dict[int, float] = {}
     pred: dict[int, int] = {}
     origin: dict[int, int] = {}
+    sign = -1 if high_first else 1
     heap: list[tuple[float, int]] = []
     for s in sources:
         if s not in dist:
             dist[s] = 0.0
             origin[s] = s
-            heap.append((0.0, s))
+            heap.append((0.0, sign * s))
     heapq.heapify(heap)
     wanted = set(targets) if targets is not None else None
     settled: set[int] = set()
     out = graph.out
+    stopped = False
     while heap:
-        d, v = heapq.heappop(heap)
+        d, key = heapq.heappop(heap)
+        v = sign * key
         if v in settled:
             continue
         settled.add(v)
         if wanted is not None:
             wanted.discard(v)
             if not wanted:
+                stopped = True
                 break
         for w, weight in out[v]:
             if w in settled or w in skip:
@@ -71,7 +79,11 @@ def dijkstra(graph: Digraph, sources: Iterable[int], *, targets: Iterable[int] |
                 dist[w] = nd
                 pred[w] = v
                 origin[w] = origin[v]
-                heapq.heappush(heap, (nd, w))
+                heapq.heappush(heap, (nd, sign * w))
+    if stopped and len(settled) < len(dist):  # leave out the vertices it had not settled
+        dist = {v: d for v, d in dist.items() if v in settled}
+        pred = {v: u for v, u in pred.items() if v in settled}
+        origin = {v: o for v, o in origin.items() if v in settled}
     return dist, pred, origin
 
 
