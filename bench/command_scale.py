@@ -6,7 +6,7 @@ resident memory of the largest of those processes, then the growth per doubling 
 GPU count. CPU time stays meaningful when other work shares the machine; wall time does not.
 
     python bench/command_scale.py [--kinds switch,nvswitch,dgx1] [--sizes 128,256,...,16384]
-                                  [--algorithms ring,hierarchical_ring] [--bytes 268435456]
+                                  [--algorithms ring,hierarchical_ring,nccl] [--bytes 268435456]
                                   [--gan paper-mlp-gan,dcgan] [--gan-gpus 1024] [--repeats 3]
 
 Topology kinds (generators, 8 GPUs a machine where there are machines):
@@ -93,7 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default="switch,nvswitch,dgx1")
     parser.add_argument("--sizes", default="128,256,512,1024,2048,4096,8192,16384")
-    parser.add_argument("--algorithms", default="ring,hierarchical_ring")
+    parser.add_argument("--algorithms", default="ring,hierarchical_ring,nccl")
     parser.add_argument("--bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--gan", default="paper-mlp-gan,dcgan", help="GAN workloads ('' for none)")
     parser.add_argument("--gan-gpus", type=int, default=1024)
