@@ -1,9 +1,9 @@
-"""Speed target of the simulator core: one 256 MiB all-reduce on the multi_node generator
-(8 GPUs a node, NVSwitch inside, one NIC per GPU) with the flow model, at 128 and 1024 GPUs,
-with the textbook `ring` and with `nccl` (what NCCL would run: its channels as lock-step
-flows) side by side. Prints wall time, the ratio and the number of SimPy events.
-
-Target (2-core machine): 1024 GPUs in <= 2 s, and <= 10x the 128-GPU time."""
+"""The simulator's inner loop alone (topology, routes and simulation of one point, in this
+process; no start-up, no outputs): one 256 MiB all-reduce on the multi_node generator (8 GPUs
+a node, NVSwitch inside, one NIC per GPU) with the flow model, at 128 and 1024 GPUs, with the
+textbook `ring` and with `nccl` (what NCCL would run: its channels as lock-step flows) side
+by side. Prints wall time, the ratio and the number of SimPy events. What users run, the
+command as a whole, is timed by bench/command_scale.py."""
 
 from __future__ import annotations
 

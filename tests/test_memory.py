@@ -139,7 +139,7 @@ def test_memory_figure_draws_runs_against_capacity():
              "memory_parts": {"parameters": 0.5, "activations": 0.5 + g}} for g in (1, 2)]
     figures = figures_for({"runs": runs})
     assert len(figures) == 1
-    names = [t.name for t in figures[0].data]
+    names = [t["name"] for t in figures[0].data]
     assert "parameters" in names and "activations" in names and "device capacity" in names
 
 

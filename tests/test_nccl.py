@@ -90,6 +90,19 @@ def test_flow_equals_nccls_estimate_where_nothing_contends(algo):
     assert t.seconds == pytest.approx(model_seconds(state, "all_reduce", nbytes, algo), rel=1e-6)
 
 
+def test_gpus_on_a_network_switch_are_their_own_nics():
+    """The switch generator links every GPU to one network switch: each GPU is a machine of
+    its own whose network port is its NIC, and NCCL's tree across those machines times as
+    NCCL's own model says where nothing contends."""
+    topology = topo("switch", gpus=16)
+    cluster = Cluster(topology, 16, simpy.Environment())
+    state = nccl_state(cluster)
+    assert state.machine.node_count == 16 and state.machine.nics[3] == ["gpu3"]
+    (t,) = collective_times(topology, 16, "all_reduce", [4 * MiB], options=TrainingOptions(nccl_algo="tree"))
+    assert t.algorithm == "tree"
+    assert t.seconds == pytest.approx(model_seconds(state, "all_reduce", 4 * MiB, "tree"), rel=1e-6)
+
+
 def test_large_message_busbw_grows_with_nic_rails():
     got = []
     for rails in (1, 2, 4, 8):

@@ -131,3 +131,42 @@ def test_rounding_never_leaves_a_flow_with_negative_bytes_stuck():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) > 0
+
+
+def _progressive_filling(routes, capacity):
+    """Max-min fairness as textbook progressive filling: raise every unfrozen flow's rate
+    together; freeze the flows of a resource when it fills."""
+    rates = [None] * len(routes)
+    remaining = list(capacity)
+    while any(r is None for r in rates):
+        active = [i for i, r in enumerate(rates) if r is None]
+        shares = {}
+        for res in range(len(capacity)):
+            users = [i for i in active if res in routes[i]]
+            if users:
+                shares[res] = remaining[res] / len(users)
+        level = min(shares.values())
+        tight = {res for res, share in shares.items() if share <= level * (1 + 1e-12)}
+        for i in active:
+            if tight & set(routes[i]):
+                rates[i] = level
+                for res in routes[i]:
+                    remaining[res] -= level
+    return rates
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_max_min_rates_match_progressive_filling(shared):
+    rng = np.random.default_rng(7 + shared)
+    capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5], size=40)
+    routes = []
+    free = list(rng.permutation(40))
+    for _ in range(12):
+        length = int(rng.integers(1, 4))
+        if shared:
+            routes.append(sorted(set(int(x) for x in rng.choice(40, size=length, replace=False))))
+        else:
+            routes.append(sorted(int(free.pop()) for _ in range(length)))
+    pair_flow = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
+    pair_res = np.concatenate([np.array(r) for r in routes])
+    assert max_min_rates(pair_flow, pair_res, len(routes), capacity).tolist() == _progressive_filling(routes, capacity)

@@ -17,6 +17,7 @@ from gansim.collectives.closed_forms import (
 )
 from gansim.collectives import nccl
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
+from gansim.collectives.uncontended import PlayPlan, TransferBudget, UncontendedPlay
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
@@ -38,6 +39,7 @@ class CollectiveSpan:
     entry: np.ndarray  # per rank: the task after which the rank joins (-1: from the start)
     exit: np.ndarray  # per rank: the task whose end is the rank leaving the collective
     transfers: tuple[int, int] = (0, 0)  # task id range of its transfers (flow model)
+    play: UncontendedPlay | None = None  # when it was played without the flow network
 
 
 @dataclass
@@ -52,8 +54,25 @@ class Communicator:
     # the `nccl` algorithm: NCCL_ALGO / NCCL_PROTO, or None for NCCL's own choice
     nccl_algo: str | None = None
     nccl_proto: str | None = None
+    # all-reduces of at least this many transfers that nothing contends with are played
+    # by gansim/collectives/uncontended.py (None: never), keeping the run's first
+    # `keep_transfers` transfers, in all, for its details
+    uncontended_min_transfers: int | None = None
+    keep_transfers: int = 0
     spans: list[CollectiveSpan] = field(default_factory=list)
+    _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
+    _budget: TransferBudget | None = None
+    # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
+    # plan, or None where it is contended
+    _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
     _nccl: nccl.NcclState | None = field(default=None, repr=False)
+
+    def play_plan(self, schedule: Schedule, nbytes: float) -> PlayPlan | None:
+        key = (id(schedule), nbytes)
+        if key not in self._plans:
+            self._plans[key] = (schedule, PlayPlan.build(self.cluster, schedule, _participants(self.cluster, schedule),
+                                                         nbytes))
+        return self._plans[key][1]
 
     def nccl(self) -> nccl.NcclState:
         """NCCL's view of this run's machine and its tuning (built on first use)."""
@@ -66,8 +85,9 @@ class Communicator:
         task; return, per rank, the task at whose end that rank has the sum."""
         model = COST_MODELS.get(self.cost_model, field="cost_model")
         before = self.graph.size
+        self._play = None
         exits = model(self, entry, nbytes, label)
-        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size), self._play))
         return exits
 
     def broadcast(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
@@ -107,7 +127,7 @@ class Communicator:
 
     def link_parameters(self) -> LinkParameters:
         nodes = self.cluster.rank_nodes
-        hops = [self.cluster.topology.route(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+        hops = self.cluster.topology.routes([(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))])
         return LinkParameters(max(h.latency_s for h in hops), max(1.0 / h.bottleneck_Bps for h in hops))
 
 
@@ -174,7 +194,32 @@ def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str)
         return nccl_collective(comm, entry, "all_reduce", nbytes, label)
     count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
     groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
-    return play_schedule(comm, entry, _schedule(comm.algorithm, comm.cluster.ranks, count, groups), nbytes, label)
+    schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
+    if (comm.uncontended_min_transfers is not None and comm.chunks == 1
+            and schedule.transfers() >= comm.uncontended_min_transfers):
+        plan = comm.play_plan(schedule, nbytes)
+        if plan is not None:
+            if comm._budget is None:
+                comm._budget = TransferBudget(comm.keep_transfers)
+            play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget)
+            return play_uncontended(comm, entry, play, label)
+    return play_schedule(comm, entry, schedule, nbytes, label)
+
+
+def play_uncontended(comm: Communicator, entry: np.ndarray, play: UncontendedPlay, label: str) -> np.ndarray:
+    """The collective as one task per rank, whose end the play computes once every rank
+    has joined (every rank of an all-reduce leaves after the last one joined)."""
+    graph = comm.graph
+    p = comm.cluster.ranks
+    joined = graph.add(DELAY, -1, 0.0, -1, SYNC, f"{label}: all joined", count=1)
+    graph.depend(entry, np.repeat(joined, entry.size))
+    exits = graph.add_solved(np.arange(p), COMMUNICATION, f"{label}: uncontended", play.solve)
+    graph.depend(np.repeat(joined, p), exits)
+    return exits
+
+
+def _participants(cluster: Cluster, schedule: Schedule) -> tuple[str, ...]:
+    return tuple(cluster.rank_nodes) + tuple(_extra_node(cluster, name) for name in schedule.extra_participants)
 
 
 def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nbytes: float,
@@ -186,9 +231,7 @@ def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nby
     cluster, graph = comm.cluster, comm.graph
     p = cluster.ranks
     count = schedule.count
-    participants = tuple(cluster.rank_nodes) + tuple(
-        _extra_node(cluster, name) for name in schedule.extra_participants
-    )
+    participants = _participants(cluster, schedule)
     n_part = len(participants)
     is_rank = np.arange(n_part) < p
     bytes_per_element = nbytes / count / comm.chunks

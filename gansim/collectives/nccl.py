@@ -135,36 +135,53 @@ def _ring_kernels(state: NcclState, coll: str, proto: str, fraction: float) -> f
 
 
 class _Loads:
-    """Resources and weights of one channel flow, accumulated hop by hop."""
+    """Resources and weights of one channel flow, accumulated hop by hop. `hops` keeps what a
+    hop adds, for the other channels of the same plan that cross it too."""
 
-    def __init__(self, cluster: Cluster, machine: NcclMachine, proto: str, kernels_GBps: float):
+    def __init__(self, cluster: Cluster, machine: NcclMachine, proto: str, kernels_GBps: float,
+                 hops: dict[tuple, tuple[list[int], list[float]]] | None = None):
         self.cluster, self.machine = cluster, machine
         self.wire = WIRE_BYTES_PER_DATA_BYTE[proto]
         self.kernel_weight = 0.0 if kernels_GBps == float("inf") else 1.0 / (kernels_GBps * 1e9)
         self.resources: list[int] = []
         self.weights: list[float] = []
         self.topology = cluster.topology
+        self.hops = {} if hops is None else hops
 
     def add_hop(self, sender: int, hop, share: float = 1.0, kernels: bool = True) -> None:
         """A hop's links (and staging memory) at `share` of the flow's rate, and (`kernels`)
         the sender's kernels moving it."""
+        key = (id(hop), sender, share, kernels)
+        found = self.hops.get(key)
+        if found is None:
+            found = self.hops[key] = self._hop_loads(sender, hop, share, kernels)
+        self.resources.extend(found[0])
+        self.weights.extend(found[1])
+
+    def _hop_loads(self, sender: int, hop, share: float, kernels: bool) -> tuple[list[int], list[float]]:
+        resources: list[int] = []
+        weights: list[float] = []
         # staged through host memory, NCCL's SHM gets only part of the PCI path (nccl#406)
         slower = 1.0 / shm_fraction(hop.path_type) if hop.transport == "shm" else 1.0
         for link in hop.links:
-            self.resources.append(link)
-            self.weights.append(share * self.wire * slower / link_efficiency(self.topology.link_kinds[link],
-                                                                              self.machine.capability))
+            resources.append(link)
+            weights.append(share * self.wire * slower / link_efficiency(self.topology.link_kinds[link],
+                                                                         self.machine.capability))
         if hop.memory is not None:
-            self.resources.append(self.cluster.memory_resource[hop.memory])
-            self.weights.append(share * 2.0 * self.wire)  # written, then read back
+            resources.append(self.cluster.memory_resource[hop.memory])
+            weights.append(share * 2.0 * self.wire)  # written, then read back
         if kernels:
-            self.add_kernels(sender, share)
+            self._kernels(sender, share, resources, weights)
+        return resources, weights
 
     def add_kernels(self, rank: int, share: float = 1.0) -> None:
+        self._kernels(rank, share, self.resources, self.weights)
+
+    def _kernels(self, rank: int, share: float, resources: list[int], weights: list[float]) -> None:
         kernel = int(self.cluster.kernel_resource[rank])
         if kernel >= 0 and self.kernel_weight > 0:
-            self.resources.append(kernel)
-            self.weights.append(share * self.kernel_weight)
+            resources.append(kernel)
+            weights.append(share * self.kernel_weight)
 
     def merged(self) -> tuple[np.ndarray, np.ndarray]:
         res = np.asarray(self.resources, dtype=np.int64)
@@ -207,10 +224,11 @@ def _ring_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
         hops += [(a, b, (nic_out, nic_in)) for a, b in ring_order_hops(graph.orders[c % len(graph.orders)], coll)]
     machine.prefetch(hops)
     flows = []
+    seen: dict[tuple, tuple[list[int], list[float]]] = {}
     for c in range(choice.channels):
         order = graph.orders[c % len(graph.orders)]
         nic_in, nic_out = graph.nics[c % len(graph.nics)] if graph.nics else (0, 0)
-        loads = _Loads(cluster, machine, choice.protocol, kernels_GBps)
+        loads = _Loads(cluster, machine, choice.protocol, kernels_GBps, seen)
         for a, b in ring_order_hops(order, coll):
             loads.add_hop(a, machine.cross_hop(a, b, (nic_out, nic_in)))
         res, w = loads.merged()
@@ -225,8 +243,8 @@ def tree_edges(machine: NcclMachine, channel: int) -> list[tuple[int, int]]:
     tree, their duplicates the second)."""
     ring = machine.ring
     order = ring.orders[channel % len(ring.orders)]
-    per = [list(order[sum(len(m) for m in machine.nodes[:k]):sum(len(m) for m in machine.nodes[:k + 1])])
-           for k in range(machine.node_count)]
+    bounds = np.cumsum([0] + [len(m) for m in machine.nodes]).tolist()
+    per = [list(order[bounds[k]:bounds[k + 1]]) for k in range(machine.node_count)]
     edges = [(chain[i + 1], chain[i]) for chain in per for i in range(len(chain) - 1)]
     which = 0 if channel < ring.channels else 1
     for node in range(machine.node_count):
@@ -263,14 +281,16 @@ def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: C
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     per_edge = nbytes / choice.channels  # reduced up, then broadcast down, on every edge
     ring = machine.ring
+    edges = [tree_edges(machine, c) for c in range(choice.channels)]
     machine.prefetch([(x, y, (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None)
-                      for c in range(choice.channels) for child, parent in tree_edges(machine, c)
+                      for c in range(choice.channels) for child, parent in edges[c]
                       for x, y in ((child, parent), (parent, child))])
     flows = []
+    seen: dict[tuple, tuple[list[int], list[float]]] = {}
     for c in range(choice.channels):
         nic = (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None  # the chain head's NIC
-        loads = _Loads(cluster, machine, choice.protocol, kernels_GBps)
-        for child, parent in tree_edges(machine, c):
+        loads = _Loads(cluster, machine, choice.protocol, kernels_GBps, seen)
+        for child, parent in edges[c]:
             loads.add_hop(child, machine.cross_hop(child, parent, nic))
             loads.add_hop(parent, machine.cross_hop(parent, child, nic))
         res, w = loads.merged()
@@ -295,7 +315,7 @@ def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
             up, down = down, up
         for r in members:
             node = machine.rank_nodes[r]
-            for peer in topo.graph.neighbors(node):
+            for peer in topo.neighbors(node):
                 if topo.nodes[peer].kind != "nvswitch":
                     continue
                 for link, share in ((topo.link_index(node, peer), up), (topo.link_index(peer, node), down)):

@@ -154,6 +154,7 @@ class NcclMachine:
     nvls_supported: bool
     nics: list[list[str]]  # per machine, its NIC node ids (those with a network link)
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
+    _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -174,17 +175,23 @@ class NcclMachine:
         hosts = [n for n, s in topology.nodes.items() if s.kind == "host"]
         vendor = cpu_vendor(topology.nodes[hosts[0]]) if hosts else "intel"
         nvswitches = [n for n, s in topology.nodes.items() if s.kind == "nvswitch"]
-        on_switch = all(any(topology.graph.has_edge(g, s) for s in nvswitches) for g in nodes_of) if nvswitches \
-            else False
+        on_switch = bool(nvswitches) and all(any(topology.nodes[m].kind == "nvswitch" for m in topology.neighbors(g))
+                                             for g in nodes_of)
         sharp = on_switch and all(
             topology.nodes[s].nvlink_sharp if topology.nodes[s].nvlink_sharp is not None else min(caps) >= 90
             for s in nvswitches)
+        on_net: dict[int, list[str]] = {}  # per machine, its NICs (nodes with a network link)
+        for n, spec in topology.nodes.items():
+            if spec.kind == "nic" and any(topology.link_kind(n, m) == "net" for m in topology.neighbors(n)):
+                on_net.setdefault(machine[n], []).append(n)
         nics: list[list[str]] = []
-        for members in groups.values():
-            local = {machine[nodes_of[r]] for r in members}
-            found = sorted(n for n, s in topology.nodes.items()
-                           if s.kind == "nic" and machine.get(n) in local
-                           and any(topology.graph.edges[n, m]["kind"] == "net" for m in topology.graph.neighbors(n)))
+        for key, members in groups.items():
+            found = sorted(on_net.get(key, []))
+            if not found:
+                # a GPU linked to the network itself (one on a network switch: the switch
+                # generator) is its machine's NIC, reached without a PCIe hop
+                found = [nodes_of[r] for r in members
+                         if any(topology.link_kind(nodes_of[r], m) == "net" for m in topology.neighbors(nodes_of[r]))]
             nics.append(found)
         return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
@@ -195,7 +202,7 @@ class NcclMachine:
     def node_count(self) -> int:
         return len(self.nodes)
 
-    @property
+    @cached_property
     def rank_nodes(self) -> list[str]:
         return self.topology.ranks[:self.ranks]
 
@@ -209,7 +216,7 @@ class NcclMachine:
         """NCCL's type of a path through these topology nodes (paths.cc ncclTopoSetPaths):
         NVLink only is NVL, one PCIe switch PIX, more PXB, through a CPU PHB, two CPUs SYS."""
         kinds = [self.topology.nodes[n].kind for n in nodes[1:-1]]
-        link_kinds = {self.topology.graph.edges[a, b]["kind"] for a, b in zip(nodes, nodes[1:])}
+        link_kinds = {self.topology.link_kind(a, b) for a, b in zip(nodes, nodes[1:])}
         if "net" in link_kinds:
             return PATH_NET
         hosts = kinds.count("host")
@@ -270,7 +277,7 @@ class NcclMachine:
         """search.cc getTotalBw: a GPU's NVLink bandwidth summed, or its PCI link's."""
         node = self.rank_nodes[rank]
         nvlink = pci = 0.0
-        for peer in self.topology.graph.neighbors(node):
+        for peer in self.topology.neighbors(node):
             link = self.topology.link_index(node, peer)
             if self.topology.link_kinds[link] == "nvlink":
                 nvlink += self.nccl_bw(link)
@@ -281,20 +288,21 @@ class NcclMachine:
     def _nic_bw(self, machine: int, nic: str) -> float:
         """NCCL's bandwidth of the path from the NIC's nearest GPU to the network."""
         topo = self.topology
-        net = [topo.link_index(nic, m) for m in topo.graph.neighbors(nic) if topo.graph.edges[nic, m]["kind"] == "net"]
-        local = [r for r in self.nodes[machine] if topo.graph.has_edge(self.rank_nodes[r], nic)]
+        net = [topo.link_index(nic, m) for m in topo.neighbors(nic) if topo.link_kind(nic, m) == "net"]
+        local = [r for r in self.nodes[machine] if topo.has_link(self.rank_nodes[r], nic)]
         to_gpu = [self.nccl_bw(topo.link_index(self.rank_nodes[r], nic)) for r in local]
         return min([self.nccl_bw(x) for x in net] + ([max(to_gpu)] if to_gpu else []))
 
     def nics_of(self, machine: int, rank: int) -> list[int]:
         """Indices of the NICs a rank links to directly (its rail NICs)."""
         node = self.rank_nodes[rank]
-        return [i for i, nic in enumerate(self.nics[machine]) if self.topology.graph.has_edge(node, nic)]
+        return [i for i, nic in enumerate(self.nics[machine]) if nic == node or self.topology.has_link(node, nic)]
 
     def nic_gpu(self, machine: int, nic: int) -> int | None:
         """The first rank of a machine that links to NIC `nic` (None: no GPU does)."""
         name = self.nics[machine][nic]
-        return next((r for r in self.nodes[machine] if self.topology.graph.has_edge(self.rank_nodes[r], name)), None)
+        return next((r for r in self.nodes[machine]
+                     if self.rank_nodes[r] == name or self.topology.has_link(self.rank_nodes[r], name)), None)
 
     def _ring_orders(self, members: list[int], bw: float, max_type: int, want: int) -> list[list[int]]:
         """Up to `want` rings through the machine's ranks at `bw` GB/s each, no path worse
@@ -557,7 +565,7 @@ class NcclMachine:
         """Compute the routes of many hops (a, b, NICs) in one batch (one Dijkstra per distinct
         source, in C) before `cross_hop` asks for them one by one."""
         machine, names, pairs = self.topology.machine_of, self.rank_nodes, []
-        for a, b, nics in hops:
+        for a, b, nics in set(hops):
             na, nb = names[a], names[b]
             ma, mb = self._machine_index(a), self._machine_index(b)
             if machine[na] == machine[nb] or not self.nics[ma] or not self.nics[mb]:
@@ -572,6 +580,15 @@ class NcclMachine:
     def cross_hop(self, a: int, b: int, nics: tuple[int, int] | None = None) -> Hop:
         """A hop between ranks; between machines, out through NIC nics[0] of a's machine and in
         through NIC nics[1] of b's (default: each rank's first own NIC)."""
+        machines = self._rank_machines
+        if machines[a] == machines[b]:
+            return self.hop(a, b)
+        found = self._cross_hops.get((a, b, nics))
+        if found is None:
+            found = self._cross_hops[(a, b, nics)] = self._cross_hop(a, b, nics)
+        return found
+
+    def _cross_hop(self, a: int, b: int, nics: tuple[int, int] | None) -> Hop:
         machine = self.topology.machine_of
         na, nb = self.rank_nodes[a], self.rank_nodes[b]
         if machine[na] == machine[nb]:
@@ -582,6 +599,10 @@ class NcclMachine:
         if nics is None:
             nics = ((self.nics_of(ma, a) or [0])[0], (self.nics_of(mb, b) or [0])[0])
         return self.hop(a, b, (self.nics[ma][nics[0]], self.nics[mb][nics[1]]))
+
+    @cached_property
+    def _rank_machines(self) -> list[int]:
+        return self.rank_machine.tolist()
 
     def _machine_index(self, rank: int) -> int:
         return int(self.rank_machine[rank])

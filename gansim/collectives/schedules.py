@@ -183,20 +183,27 @@ def _ring_steps(
     rings, n = members.shape
     if n < 2:
         return []
-    src = _frozen_int64(members.ravel())
-    dst = _frozen_int64(np.roll(members, -1, axis=1).ravel())
     # Segment (j + c) mod n of every position j is the window [n + c, 2n + c) of the per-ring
-    # lo / hi tiled three times, so each step is a slice (a view when there is one ring).
-    lo3 = _frozen_int64(np.tile(bounds[:, :-1], 3))
-    hi3 = _frozen_int64(np.tile(bounds[:, 1:], 3))
+    # lo / hi tiled three times, so each step is a slice. With more positions than rings
+    # (2-D ring across 2,048 machines: 8 rings of 2,048) transfers are listed position by
+    # position, so that the slice is a view rather than a copy per step.
+    by_position = n > rings
+    order = (lambda a: a.T) if by_position else (lambda a: a)
+    src = _frozen_int64(order(members).ravel())
+    dst = _frozen_int64(order(np.roll(members, -1, axis=1)).ravel())
+    lo3 = _frozen_int64(np.ascontiguousarray(order(np.tile(bounds[:, :-1], 3))))
+    hi3 = _frozen_int64(np.ascontiguousarray(order(np.tile(bounds[:, 1:], 3))))
     steps: list[Step | None] = []
     phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
+    # with no empty segment no transfer is ever dropped: steps are made without checking
+    whole = bool((bounds[:, 1:] > bounds[:, :-1]).all())
     for reduce in phases:
         for s in range(n - 1):
             start = n - s + (0 if reduce else 1)
-            lo = lo3[:, start : start + n].reshape(-1)
-            hi = hi3[:, start : start + n].reshape(-1)
-            steps.append(_step(src, dst, lo, hi, reduce))
+            window = slice(start, start + n)
+            lo = (lo3[window] if by_position else lo3[:, window]).reshape(-1)
+            hi = (hi3[window] if by_position else hi3[:, window]).reshape(-1)
+            steps.append(Step(src, dst, lo, hi, reduce) if whole else _step(src, dst, lo, hi, reduce))
     return steps
 
 

@@ -45,6 +45,10 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
         return rates
     weighted = pair_weight is not None and not bool((pair_weight == 1.0).all())
     used, local = np.unique(pair_res, return_inverse=True)
+    if used.size == pair_res.size:
+        # what a resource alone gives its flow: its capacity over the flow's weight on it
+        alone = capacity[pair_res] / pair_weight if weighted else capacity[pair_res]
+        return _unshared_rates(pair_flow, alone, flows)
     remaining = capacity[used].astype(float)
     frozen = np.zeros(flows, dtype=bool)
     # a flow with an empty route (src == dst) is never constrained
@@ -75,6 +79,22 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
             remaining -= level * np.bincount(local[newly_pairs], minlength=used.size)
         np.maximum(remaining, 0.0, out=remaining)
         active_pairs &= ~newly_pairs
+    return rates
+
+
+def _unshared_rates(pair_flow: np.ndarray, pair_capacity: np.ndarray, flows: int) -> np.ndarray:
+    """max_min_rates when no resource carries two flows: the same levels, frozen with the
+    same tolerance, from each flow's slowest resource alone (`pair_capacity`: what each
+    resource gives, its capacity over the flow's weight on it)."""
+    slowest = np.full(flows, np.inf)  # a flow with an empty route is never constrained
+    np.minimum.at(slowest, pair_flow, pair_capacity)
+    rates = np.empty(flows)
+    left = np.ones(flows, dtype=bool)
+    while left.any():
+        level = slowest[left].min()
+        hit = left & (slowest <= level * (1 + 1e-12))
+        rates[hit] = level
+        left &= ~hit
     return rates
 
 
