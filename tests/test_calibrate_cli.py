@@ -13,6 +13,8 @@ import pytest
 from gansim.cli.calibrate import INSTALL_HINT, parse_sizes, register, validate_args
 from gansim.cli.main import main
 from gansim.core.errors import UserInputError
+from gansim.training.workloads import ARCHITECTURES
+from tests.cli_checks import calibrate_under_torchrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,6 +158,20 @@ def test_end_to_end_tiny_calibration(tmp_path, capsys):
         assert pt.iters == 6 and len(pt.samples_s) == 6
         assert pt.time_s == pytest.approx(sum(pt.samples_s) / 6)
     json.loads(out.read_text())
+    # the phases' FLOPs, as the script path counts them: D's step forwards G once and D on the
+    # real and the fake batch; torch's flop counter counts the matrix products (2 per MAC)
+    arch = ARCHITECTURES.get("paper-mlp-gan")()
+    matmul = {net: sum(la.macs_per_sample for la in n.layers if la.name.startswith("dense"))
+              for net, n in (("g", arch.generator), ("d", arch.discriminator))}
+    costs = p.measured.phase_costs
+    assert costs["d_forward_s"].flops == 2 * 8 * (matmul["g"] + 2 * matmul["d"])
+    assert costs["g_forward_s"].flops == 2 * 8 * (matmul["g"] + matmul["d"])
+    assert all(costs[n].bytes > 0 for n in ("d_backward_s", "g_backward_s", "d_optimizer_s", "g_optimizer_s"))
+    # so the built-in model's profile moves to a GPU by the roofline
+    assert main(["predict", "--profile", str(out), "--world-sizes", "1,2", "--topology", "dgx-a100",
+                 "--measured-tflops", "0.1", "--measured-memory-bandwidth-GBps", "20", "--json"]) == 0
+    scaled = json.loads(capsys.readouterr().out)["predictions"][0]["compute_scaled_from"]
+    assert scaled["to"] == "A100-SXM4-40GB" and set(scaled["phases"]) >= {"d_forward_s", "g_backward_s"}
 
 
 def test_under_torchrun(tmp_path):
@@ -165,15 +181,9 @@ def test_under_torchrun(tmp_path):
     from gansim.calibration.profile import load_profile
 
     out = tmp_path / "profile.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                          "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "gansim", "calibrate", "--world-sizes", "1,2", "--steps", "3",
-           "--warmup", "1", "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
-           "--repeats", "1", "--timeout-s", "60", "--out", str(out)]
-    res = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                         timeout=150)
+    res = calibrate_under_torchrun(tmp_path, ["--world-sizes", "1,2", "--steps", "3", "--warmup", "1",
+                                              "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3",
+                                              "--repeats", "1", "--timeout-s", "60", "--out", str(out)])
     assert res.returncode == 0, res.stderr[-3000:]
     p = load_profile(out)
     assert p.provenance.launcher == "torchrun"

@@ -24,6 +24,7 @@ EXPECTED = {
     "hierarchical_copy",
     "parameter_server",
     "hierarchical_ring",
+    "nccl",
 }
 PRIME = 101
 

@@ -156,7 +156,7 @@ def test_plan_on_the_real_step_simulation(tmp_path):
     assert result["chosen"]["platform"] == "aws-p3.2xlarge"
     json.dumps(result, allow_nan=False)  # JSON-able
     figures = figures_for({"runs": [], "plan": result})
-    assert len(figures) == 1 and "Pareto front" in [t.name for t in figures[0].data]
+    assert len(figures) == 1 and "Pareto front" in [t["name"] for t in figures[0].data]
 
 
 # ----------------------------------------------------------------------------- gansim plan

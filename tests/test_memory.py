@@ -13,7 +13,6 @@ from gansim.training.memory import (
     bytes_per_gradient_element,
     gan_activation_bytes,
     layer_outputs,
-    memory_bandwidth_GBps,
     memory_report,
     quantize_seconds,
     recompute_extra_forward,
@@ -49,10 +48,11 @@ def test_quantize_seconds_is_memory_bound_traffic_plus_launches():
     assert quantize_seconds(2e6, "fp16", 100.0) > fp16  # grows with the gradient
 
 
-def test_memory_bandwidth_table():
-    assert memory_bandwidth_GBps("GTX 1080 Ti") == 484.0
-    assert memory_bandwidth_GBps("Tesla V100-SXM2-16GB") == 900.0
-    assert memory_bandwidth_GBps("unknown accelerator") is None
+def test_shipped_gpus_carry_their_datasheet_memory_bandwidth():
+    expected = {"paper-gtx1080ti-pcie": 484.0, "dgx1-v100": 900.0, "dgx-a100": 1555.0, "multi-node": 1555.0}
+    for name, bandwidth in expected.items():
+        topo = load_topology(name)
+        assert {topo.nodes[n].memory_bandwidth_GBps for n in topo.ranks} == {bandwidth}, name
 
 
 def test_recompute_costs_one_more_forward_pass():
@@ -139,7 +139,7 @@ def test_memory_figure_draws_runs_against_capacity():
              "memory_parts": {"parameters": 0.5, "activations": 0.5 + g}} for g in (1, 2)]
     figures = figures_for({"runs": runs})
     assert len(figures) == 1
-    names = [t.name for t in figures[0].data]
+    names = [t["name"] for t in figures[0].data]
     assert "parameters" in names and "activations" in names and "device capacity" in names
 
 

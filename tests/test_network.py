@@ -12,11 +12,12 @@ GB = 1e9
 
 
 def run_flows(capacity, routes, starts):
-    """routes: list of (resource list, latency); starts: list of (route index, bytes, start time).
-    Returns each flow's end time."""
+    """routes: list of (resource list, latency[, weights]); starts: list of (route index, bytes,
+    start time). Returns each flow's end time."""
     env = simpy.Environment()
     net = FlowNetwork(env, np.array(capacity, dtype=float), [f"r{i}" for i in range(len(capacity))])
-    ids = [net.add_route(np.array(r, dtype=np.int64), lat) for r, lat in routes]
+    ids = [net.add_route(np.array(r[0], dtype=np.int64), r[1], None if len(r) < 3 else np.array(r[2]))
+           for r in routes]
     ends = {}
     net.on_complete = lambda tags, now: ends.update({int(t): now for t in tags})
     for tag, (route, nbytes, at) in enumerate(starts):
@@ -38,6 +39,20 @@ def test_two_transfers_sharing_a_directed_link_take_twice_as_long():
     shared = run_flows([10 * GB], [([0], 0.0)], [(0, 1e9, 0.0), (0, 1e9, 0.0)])
     assert shared[0] == pytest.approx(2 * alone[0], rel=1e-12)
     assert shared[1] == pytest.approx(2 * alone[0], rel=1e-12)
+
+
+def test_a_flow_weighing_two_on_a_link_moves_at_half_its_capacity():
+    # an LL-protocol transfer sends two bytes on the wire per byte of data
+    (alone,) = run_flows([10 * GB], [([0], 0.0)], [(0, 1e9, 0.0)])
+    (weighted,) = run_flows([10 * GB], [([0], 0.0, [2.0])], [(0, 1e9, 0.0)])
+    assert weighted == pytest.approx(2 * alone, rel=1e-12)
+    # beside a plain flow on the same link, max-min fairness gives both the same data rate x:
+    # 2x + x = capacity, so each moves its 1 GB at 10/3 GB/s
+    both = run_flows([10 * GB], [([0], 0.0, [2.0]), ([0], 0.0)], [(0, 1e9, 0.0), (1, 1e9, 0.0)])
+    assert both == pytest.approx([0.3, 0.3], rel=1e-12)
+    # a weight below 1 (a resource measured in other units) lets the flow go faster than its capacity
+    (light,) = run_flows([1.0], [([0], 0.0, [1 / (10 * GB)])], [(0, 1e9, 0.0)])
+    assert light == pytest.approx(0.1, rel=1e-12)
 
 
 def test_opposite_directions_of_a_full_duplex_link_do_not_interfere():
@@ -116,3 +131,42 @@ def test_rounding_never_leaves_a_flow_with_negative_bytes_stuck():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) > 0
+
+
+def _progressive_filling(routes, capacity):
+    """Max-min fairness as textbook progressive filling: raise every unfrozen flow's rate
+    together; freeze the flows of a resource when it fills."""
+    rates = [None] * len(routes)
+    remaining = list(capacity)
+    while any(r is None for r in rates):
+        active = [i for i, r in enumerate(rates) if r is None]
+        shares = {}
+        for res in range(len(capacity)):
+            users = [i for i in active if res in routes[i]]
+            if users:
+                shares[res] = remaining[res] / len(users)
+        level = min(shares.values())
+        tight = {res for res, share in shares.items() if share <= level * (1 + 1e-12)}
+        for i in active:
+            if tight & set(routes[i]):
+                rates[i] = level
+                for res in routes[i]:
+                    remaining[res] -= level
+    return rates
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_max_min_rates_match_progressive_filling(shared):
+    rng = np.random.default_rng(7 + shared)
+    capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5], size=40)
+    routes = []
+    free = list(rng.permutation(40))
+    for _ in range(12):
+        length = int(rng.integers(1, 4))
+        if shared:
+            routes.append(sorted(set(int(x) for x in rng.choice(40, size=length, replace=False))))
+        else:
+            routes.append(sorted(int(free.pop()) for _ in range(length)))
+    pair_flow = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
+    pair_res = np.concatenate([np.array(r) for r in routes])
+    assert max_min_rates(pair_flow, pair_res, len(routes), capacity).tolist() == _progressive_filling(routes, capacity)

@@ -136,7 +136,7 @@ def test_run_extensions_report_goodput_and_young_daly_beside_the_chosen_interval
     again = evaluate_run_extensions(s, topo, 2, "ring", record)
     assert again["time_to_train_s"] == ext["time_to_train_s"]  # the scenario seed drives the draws
     figures = figures_for({"runs": [{**ext, "gpus": 2, "algorithm": "ring"}]})
-    titles = [f.layout.title.text for f in figures]
+    titles = [f.layout["title"]["text"] for f in figures]
     assert any("Goodput vs checkpoint interval" in t for t in titles)
 
 

@@ -146,13 +146,13 @@ def test_report_renders_in_chromium_with_data_in_every_plot(table3):
         assert plot["traces"] > 0 and plot["points"] > 0, plot
         assert plot["svg_traces"] > 0, plot
     speedup, breakdown, heatmap, gantt, topology, memory = plots
-    assert speedup["traces"] == 1 + 3 + 1  # ideal, three algorithms, the paper's points
-    assert speedup["points"] == 4 + 3 * 4 + 3
-    assert breakdown["traces"] == 4 and breakdown["points"] == 4 * 12  # four categories x 12 runs
+    assert speedup["traces"] == 1 + 4 + 1  # ideal, four algorithms, the paper's points
+    assert speedup["points"] == 4 + 4 * 4 + 3
+    assert breakdown["traces"] == 4 and breakdown["points"] == 4 * 16  # four categories x 16 runs
     assert heatmap["traces"] >= 2  # the heatmap and the bottleneck marks
     assert gantt["points"] > 4  # bars of the first steps
     assert topology["traces"] >= 3  # links, bandwidth labels, nodes
-    assert memory["points"] >= 12  # every run's memory parts against the GPU's capacity
+    assert memory["points"] >= 16  # every run's memory parts against the GPU's capacity
 
 
 def test_sweep_report_renders(write_yaml, tmp_path):

@@ -175,14 +175,14 @@ def test_simulate_writes_one_trace_per_run(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     details = json.loads((tmp_path / "details.json").read_text())
     traces = sorted((tmp_path / "traces").glob("*.json"))
-    assert len(traces) == len(summary["runs"]) == 12
+    assert len(traces) == len(summary["runs"]) == 16
     for run, detail in zip(summary["runs"], details["runs"]):
         doc = json.loads((tmp_path / detail["trace"]).read_text())
         check_trace(doc, "paper-gtx1080ti-pcie")
         assert f"{run['gpus']} x {run['algorithm']}" in doc["otherData"]["title"]
     # a later run with fewer traces leaves no stale ones behind
     assert main(["simulate", "paper-table3", "--out", str(tmp_path), "--traces", "featured"]) == 0
-    assert len(list((tmp_path / "traces").glob("*.json"))) == 3  # per algorithm, its largest GPU count
+    assert len(list((tmp_path / "traces").glob("*.json"))) == 4  # per algorithm, its largest GPU count
     assert main(["simulate", "paper-table3", "--out", str(tmp_path), "--traces", "none"]) == 0
     assert not list((tmp_path / "traces").glob("*.json"))
     assert "gantt" in (tmp_path / "report.html").read_text()  # the report keeps its Gantt

@@ -65,7 +65,13 @@ Python API
 - :mod:`gansim.calibration.training_loop` (the timed step), :mod:`gansim.calibration.microbench`
   (all-reduce sweep, local reduction), :mod:`gansim.calibration.tasks` (what a rank runs),
   :mod:`gansim.calibration.timing` (devices, synchronisation, barriers),
-  :mod:`gansim.calibration.faults` (status, injected faults, the failure message).
+  :mod:`gansim.calibration.faults` (status, injected faults, the failure message),
+  :mod:`gansim.calibration.costs` (each phase's FLOPs and bytes, counted in the last
+  warm-up step of the built-in loop and of a user's script, for the roofline).
+- A user's own loop: :mod:`gansim.calibration.instrument` (``phase()``, ``step()``),
+  :mod:`gansim.calibration.script_rank` (one rank of ``--script``),
+  :mod:`gansim.calibration.communication` (buckets and buffers from the collectives issued),
+  :mod:`gansim.calibration.trace_import` (``--from-trace``).
 - :mod:`gansim.calibration.fit`: ``fit_alpha_beta(points, gamma)`` (the ring closed form of
   :mod:`gansim.collectives.closed_forms`), ``fit_gamma(points)``, ``fit_from_measurements``.
 - :mod:`gansim.calibration.profile`: ``Profile`` (schema 1), ``load_profile(path)``,
@@ -75,3 +81,7 @@ Python API
 Importing this package, :mod:`gansim.calibration.fit`, :mod:`gansim.calibration.profile`,
 :mod:`gansim.calibration.run_config` or :mod:`gansim.cli.calibrate` does not import torch.
 """
+
+from gansim.calibration.instrument import phase, step
+
+__all__ = ["phase", "step"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from gansim.calibration.phases import PHASES
-from gansim.calibration.run_config import CalibrationError
+from gansim.calibration.run_config import CalibrationError, ScriptMarkupError
 
 STATUS = (
     "spawning",
@@ -20,6 +20,7 @@ STATUS = (
     "barrier",
     *PHASES,
     "step_barrier",
+    "script",
     "sweep",
     "reduce",
     "gather",
@@ -124,11 +125,13 @@ def format_where(task: str, phase: str, step: int, world_size: int) -> str:
 
 def compose_failure(states, procs, world_size, status, now, arrays, hang_s=None) -> CalibrationError:
     crashed, raised, silent, comm = [], [], [], []
-    for r, s in enumerate(states):
+    for r, s in states.items():  # by rank: the ranks spawned here
         task, phase, step = status(r)
         if s.error is not None:
             e = s.error
             where = format_where(e["task"], e["phase"], e["step"], world_size)
+            if e.get("user_line"):  # the last line of a calibrated script's own traceback
+                where += f" at {e['user_line']}"
             text = f"rank {r} failed in {where}: {e['type']}: {e['message']}"
             (comm if e["comm"] else raised).append((r, e["phase"], e["task"], text))
         elif s.exitcode not in (None, 0) or (procs[r].exitcode not in (None, 0)):
@@ -148,5 +151,9 @@ def compose_failure(states, procs, world_size, status, now, arrays, hang_s=None)
         return CalibrationError(f"world size {world_size}: ranks ended without results")
     head = ordered[0]
     prefix = f"no rank made progress for {hang_s:.0f} s: " if hang_s is not None else ""
+    markup = states[head[0]].error is not None and states[head[0]].error["type"] == ScriptMarkupError.__name__
+    if markup:  # the script's markers are wrong: say that one thing, as bad input
+        return CalibrationError(f"rank {head[0]}: {states[head[0]].error['message']}", rank=head[0],
+                                phase=head[1], task=head[2], user_input=True)
     message = prefix + "; ".join(item[3] for item in ordered)
     return CalibrationError(message, rank=head[0], phase=head[1], task=head[2])

@@ -229,6 +229,7 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
         "compute_cv": compute_variability(measured.compute_samples[together[0]]) if together else 0.0,
         "gradient_bytes": dict(gradient_bytes),
         "buffer_bytes": {"discriminator": 0, "generator": 0, **(buffer_bytes or {})},
+        "gradient_buckets": None,  # measured buckets: scripts and traces set them
         "residuals": residuals,
         "rms_relative_residual": rms,
     }

@@ -31,6 +31,14 @@ Tasks a rank can run (one spawn can run several, in order):
     rank's time, nccl-tests style.
 ``reduce``
     The local reduction ``a += b`` over sizes, for gamma (seconds per byte).
+``script``
+    A user's own training script (``ScriptSpec``), which initialises its own process group
+    from the torchrun-style environment each rank gets (the parent hosts the rendezvous
+    store, as torchrun's agent does); with ``ScriptSpec.solo`` every process runs it as a
+    world of one, each with its own store (the communication-free compute run). Under
+    torchrun, each launched rank below the world size runs its rank of the script in a child
+    of its own (:func:`spawn_ranks`, :func:`_script_in_group`). See
+    :mod:`gansim.calibration.script_rank`.
 
 Phase names (seconds per step, at the per-rank batch), see :data:`PHASES`:
 ``data_s`` (produce a batch of synthetic MNIST-shaped images on the host, plus the
@@ -65,6 +73,7 @@ at which it fires.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import queue as queue_mod
 import signal
@@ -88,7 +97,8 @@ from gansim.calibration.faults import (
     compose_failure,
     format_where,
 )
-from gansim.calibration.run_config import TASKS, CalibrationError, RunConfig
+from gansim.calibration.run_config import TASKS, CalibrationError, RankPlace, RunConfig, ScriptSpec
+from gansim.calibration.script_rank import run_script, script_environment
 from gansim.calibration.tasks import combine_task, execute_task
 from gansim.calibration.timing import RankEnv, pin_threads, thread_env
 
@@ -154,9 +164,17 @@ def is_comm_error(exc: BaseException) -> bool:
                                    "timed out", "timeout", "broken pipe", "socket"))
 
 
-def _rank_main(rank: int, world_size: int, cfg: RunConfig, tasks: tuple[str, ...], port: int,
-               q: Any, arrays: dict, parent_pid: int) -> None:
+def _user_line(tb: Any, script: str) -> str:
+    """`file:line` of the last frame of a traceback inside the user's script ('' if none)."""
+    frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(script)]
+    return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+
+
+def _rank_main(place: RankPlace, cfg: RunConfig, tasks: tuple[str, ...], rendezvous: tuple[str, int],
+               q: Any, arrays: dict, parent_pid: int, script: Optional[ScriptSpec] = None) -> None:
     """Entry point of a spawned rank."""
+    rank, world_size = place.rank, place.world_size
+    host, port = rendezvous
     _set_parent_death_signal(parent_pid)
     pin_threads(cfg.threads)
     fault = None
@@ -165,13 +183,22 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig, tasks: tuple[str, ...
         fault = FaultSpec.parse(text)
     rep = Reporter(rank, arrays, fault)
     try:
+        if script is not None:
+            os.environ.update(script_environment(place, script, cfg, host, port))
+            rep.set_task(0, "script")
+            q.put(("result", rank, 0, run_script(script, cfg, rep)))
+            rep.set("finished")
+            q.put(("done", rank))
+            q.close()
+            q.join_thread()
+            return
         rep.set("init_process_group")
         if cfg.backend == "nccl":
             torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
         else:
             device = torch.device("cpu")
-        store = dist.TCPStore(cfg.host, port, world_size + 1, False,
+        store = dist.TCPStore(host, port, world_size + 1, False,
                               timedelta(seconds=cfg.timeout_s))
         kwargs = {}
         if cfg.backend == "nccl":
@@ -198,6 +225,7 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig, tasks: tuple[str, ...
             "message": " ".join(str(exc).split())[:500],
             "comm": is_comm_error(exc),
             "traceback": traceback.format_exc(),
+            "user_line": _user_line(exc.__traceback__, script.path) if script is not None else "",
         }
         try:
             q.put(("error", rank, info))
@@ -211,20 +239,49 @@ def run_local(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
               on_task: Optional[Callable[[str, Any], None]] = None,
               log: Optional[Callable[[str], None]] = None,
               progress_every_s: float = 10.0,
-              port_picker: Callable[[str], int] = find_free_port) -> dict[str, Any]:
+              port_picker: Callable[[str], int] = find_free_port,
+              script: Optional[ScriptSpec] = None) -> dict[str, Any]:
     """Spawn ``world_size`` ranks here, run ``tasks`` in order on each, return
     ``{task: combined result}``. ``on_task(task, result)`` is called as each task completes
     on every rank (e.g. to save partial results). Raises :class:`CalibrationError` when a
     rank crashes, raises or hangs; the children are always terminated before returning.
+    With ``script``, the only task is ``("script",)``: the ranks run the user's script.
     """
-    tasks = tuple(tasks)
+    results: dict[str, Any] = {}
+
+    def combine(task: str, payloads: dict[int, Any]) -> None:
+        results[task] = combine_task(task, [payloads[r] for r in range(world_size)])
+        if on_task is not None:
+            on_task(task, results[task])
+
+    places = [RankPlace.one_node(r, world_size) for r in range(world_size)]
+    spawn_ranks(cfg, places, tasks, on_payloads=combine, log=log, progress_every_s=progress_every_s,
+                port_picker=port_picker, script=script)
+    return results
+
+
+def spawn_ranks(cfg: RunConfig, places: Sequence[RankPlace], tasks: Sequence[str], *,
+                rendezvous: Optional[tuple[str, int]] = None,
+                on_payloads: Optional[Callable[[str, dict[int, Any]], None]] = None,
+                log: Optional[Callable[[str], None]] = None,
+                progress_every_s: float = 10.0,
+                port_picker: Callable[[str], int] = find_free_port,
+                script: Optional[ScriptSpec] = None) -> dict[str, dict[int, Any]]:
+    """Spawn the ranks at ``places`` (all of one world, or, under torchrun, the one rank of
+    it that runs on this process's node) and watch them; return ``{task: {rank: payload}}``
+    of the ranks spawned here, calling ``on_payloads`` as each task completes on all of them.
+    Their process group meets at ``rendezvous`` (host, port), a store hosted elsewhere, or
+    without it at one hosted here (one per one-rank copy of a script)."""
+    tasks = ("script",) if script is not None else tuple(tasks)
     for t in tasks:
         if t not in TASKS:
             raise ValueError(f"unknown task {t!r}")
+    world_size = places[0].world_size
     if cfg.backend == "nccl":
-        if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
+        need = max(p.local_rank for p in places) + 1
+        if not torch.cuda.is_available() or torch.cuda.device_count() < need:
             raise CalibrationError(
-                f"world size {world_size} needs {world_size} CUDA devices for nccl, "
+                f"world size {world_size} needs {need} CUDA devices for nccl on this machine, "
                 f"found {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -235,24 +292,28 @@ def run_local(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
         "beat": ctx.RawArray("d", world_size),
     }
     now = time.monotonic()
-    for r in range(world_size):
-        arrays["phase"][r] = STATUS_INDEX["spawning"]
-        arrays["step"][r] = -1
-        arrays["beat"][r] = now
-    store, port = create_store(cfg.host, world_size=world_size, timeout_s=cfg.timeout_s,
-                               port_picker=port_picker)
-    procs = []
+    for p in places:
+        arrays["phase"][p.rank] = STATUS_INDEX["spawning"]
+        arrays["step"][p.rank] = -1
+        arrays["beat"][p.rank] = now
+    # one rendezvous store per process group: one for the ranks, one per one-rank copy
+    solo = script is not None and script.solo
+    stores = []
+    if rendezvous is None or solo:
+        stores = [create_store(cfg.host, world_size=1 if solo else world_size, timeout_s=cfg.timeout_s,
+                               port_picker=port_picker) for _ in range(len(places) if solo else 1)]
+    procs: dict[int, Any] = {}
     saved_env = {k: os.environ.get(k) for k in thread_env(cfg.threads)}
     try:
         os.environ.update(thread_env(cfg.threads))
-        for r in range(world_size):
-            p = ctx.Process(target=_rank_main, name=f"gansim-rank{r}",
-                            args=(r, world_size, cfg, tasks, port, q, arrays, os.getpid()),
-                            daemon=True)
-            p.start()
-            procs.append(p)
+        for i, place in enumerate(places):
+            meet = (cfg.host, stores[i if solo else 0][1]) if stores else rendezvous
+            proc = ctx.Process(target=_rank_main, name=f"gansim-rank{place.rank}",
+                               args=(place, cfg, tasks, meet, q, arrays, os.getpid(), script), daemon=True)
+            proc.start()
+            procs[place.rank] = proc
     except BaseException:
-        _cleanup(procs, q)
+        _cleanup(list(procs.values()), q)
         raise
     finally:
         for k, v in saved_env.items():
@@ -261,11 +322,10 @@ def run_local(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
             else:
                 os.environ[k] = v
     try:
-        return _monitor(cfg, world_size, tasks, procs, q, arrays, on_task, log,
-                        progress_every_s)
+        return _monitor(cfg, world_size, tasks, procs, q, arrays, on_payloads, log, progress_every_s)
     finally:
-        _cleanup(procs, q)
-        del store
+        _cleanup(list(procs.values()), q)
+        del stores
 
 
 def _cleanup(procs: list, q: Any) -> None:
@@ -286,11 +346,12 @@ def _cleanup(procs: list, q: Any) -> None:
         pass
 
 
-def _monitor(cfg: RunConfig, world_size: int, tasks: tuple[str, ...], procs: list, q: Any,
-             arrays: dict, on_task, log, progress_every_s: float) -> dict[str, Any]:
-    states = [RankState() for _ in range(world_size)]
+def _monitor(cfg: RunConfig, world_size: int, tasks: tuple[str, ...], procs: dict[int, Any], q: Any,
+             arrays: dict, on_payloads, log, progress_every_s: float) -> dict[str, dict[int, Any]]:
+    ranks = sorted(procs)
+    states = {r: RankState() for r in ranks}
     partial: dict[int, dict[int, Any]] = {i: {} for i in range(len(tasks))}
-    results: dict[str, Any] = {}
+    results: dict[str, dict[int, Any]] = {}
     first_failure: Optional[float] = None
     grace_s = 3.0
     last_progress_log = time.monotonic()
@@ -312,12 +373,11 @@ def _monitor(cfg: RunConfig, world_size: int, tasks: tuple[str, ...], procs: lis
             if kind == "result":
                 index, payload = msg[2], msg[3]
                 partial[index][rank] = payload
-                if len(partial[index]) == world_size:
+                if len(partial[index]) == len(ranks):
                     task = tasks[index]
-                    combined = combine_task(task, [partial[index][r] for r in range(world_size)])
-                    results[task] = combined
-                    if on_task is not None:
-                        on_task(task, combined)
+                    results[task] = partial[index]
+                    if on_payloads is not None:
+                        on_payloads(task, partial[index])
             elif kind == "error":
                 states[rank].error = msg[2]
                 if first_failure is None:
@@ -327,28 +387,28 @@ def _monitor(cfg: RunConfig, world_size: int, tasks: tuple[str, ...], procs: lis
             continue  # drain the queue before checking processes
 
         now = time.monotonic()
-        for r, p in enumerate(procs):
+        for r, p in procs.items():
             if states[r].exitcode is None and p.exitcode is not None:
                 states[r].exitcode = p.exitcode
                 if p.exitcode != 0 and first_failure is None:
                     first_failure = now
-        if all(s.done for s in states) and all(p.exitcode is not None for p in procs):
-            if all(p.exitcode == 0 for p in procs) and len(results) == len(tasks):
+        if all(s.done for s in states.values()) and all(p.exitcode is not None for p in procs.values()):
+            if all(p.exitcode == 0 for p in procs.values()) and len(results) == len(tasks):
                 return results
         if first_failure is not None:
-            all_exited = all(p.exitcode is not None for p in procs)
+            all_exited = all(p.exitcode is not None for p in procs.values())
             if all_exited or now - first_failure > grace_s:
                 raise compose_failure(states, procs, world_size, status, now, arrays)
-        stale = now - max(arrays["beat"][r] for r in range(world_size))
+        stale = now - max(arrays["beat"][r] for r in ranks)
         if stale > cfg.timeout_s + 5.0:
             raise compose_failure(states, procs, world_size, status, now, arrays,
                                    hang_s=stale)
         if log is not None and now - last_progress_log >= progress_every_s:
             last_progress_log = now
             bits = []
-            for r in range(world_size):
+            for r in ranks:
                 task, phase, step = status(r)
-                if task in ("train", "compute"):
+                if task in ("train", "compute", "script"):
                     where = f"step {max(step, 0)}/{cfg.steps}"
                 elif task == "sweep":
                     where = f"size {max(step, 0) + 1}/{len(cfg.sweep_sizes)}"
@@ -393,15 +453,53 @@ def init_from_env(cfg: RunConfig) -> tuple[int, int, int, torch.device]:
     return rank, world, local, device
 
 
+_GROUP_RUNS = itertools.count()  # run_tasks_in_group calls in this process
+
+
+def _script_in_group(cfg: RunConfig, env: RankEnv, spec: ScriptSpec) -> Any:
+    """This rank's share of a user's script run under torchrun: one child process running
+    the script as rank ``env.rank`` of a world of ``env.world_size`` (ranks 0..w-1 of the
+    launched world, on their own nodes and GPUs). Their process group meets at a store of
+    its own, hosted by rank 0 on a fresh port at torchrun's MASTER_ADDR (rank 0's node:
+    torchrun's agent advertises it so, torch.distributed.elastic.rendezvous.api
+    RendezvousStoreInfo.build; a TCPStore server listens on every interface), so the
+    script's own ``init_process_group()`` forms exactly that world. One-rank copies
+    (``spec.solo``) each host their own store. Returns this rank's payload."""
+    rank, world = env.rank, env.world_size
+    # where the participants sit: torchrun's local rank (the GPU) and node of each
+    me = (int(os.environ.get("GROUP_RANK", "0")), env.local_rank)
+    where = [me] * world
+    store = None
+    rendezvous = None
+    if world > 1:
+        dist.all_gather_object(where, me, group=env.group)
+    if not spec.solo:
+        port = [0]
+        if rank == 0:
+            store, port[0] = create_store(cfg.host if world == 1 else "0.0.0.0", world_size=world,
+                                          timeout_s=cfg.timeout_s)
+        if world > 1:
+            dist.broadcast_object_list(port, src=0, group=env.group)
+        rendezvous = (cfg.host if world == 1 else os.environ.get("MASTER_ADDR", cfg.host), port[0])
+    place = RankPlace(rank, world, env.local_rank, sum(1 for node, _ in where if node == me[0]), me[0])
+    try:
+        return spawn_ranks(cfg, [place], (), rendezvous=rendezvous, script=spec)["script"][rank]
+    finally:
+        del store  # rank 0 hosts the rendezvous until its own child is done
+
+
 def run_tasks_in_group(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
                        device: torch.device, local_rank: int, wait_timeout_s: float = 86400.0,
-                       on_task: Optional[Callable[[str, Any], None]] = None) -> dict[str, Any]:
+                       on_task: Optional[Callable[[str, Any], None]] = None,
+                       script: Optional[ScriptSpec] = None) -> dict[str, Any]:
     """Inside an initialised default group (e.g. under torchrun): run ``tasks`` on global
     ranks ``0..world_size-1`` (a subgroup when ``world_size`` is smaller than the launched
     world); the other ranks wait. Every launched rank must call this with the same
     arguments. Rank 0 returns the combined results (``on_task`` is called there); other
     ranks return ``{}``. A failing rank raises :class:`CalibrationError` naming its phase;
-    torchrun then ends the other ranks."""
+    torchrun then ends the other ranks. With ``script`` the only task is ``("script",)``:
+    each of the ranks runs the user's script in a child process (:func:`_script_in_group`)."""
+    tasks = ("script",) if script is not None else tuple(tasks)
     rank = dist.get_rank()
     launched = dist.get_world_size()
     if world_size > launched:
@@ -418,7 +516,7 @@ def run_tasks_in_group(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
         for index, task in enumerate(tasks):
             rep.set_task(index, task)
             try:
-                payload = execute_task(env, cfg, task)
+                payload = execute_task(env, cfg, task) if script is None else _script_in_group(cfg, env, script)
                 rep.set("gather")
                 gathered = [None] * world_size if rank == 0 else None
                 if world_size > 1:
@@ -441,7 +539,9 @@ def run_tasks_in_group(cfg: RunConfig, world_size: int, tasks: Sequence[str], *,
     # out on a long task): through the rendezvous store
     if world_size < launched:
         store = dist.distributed_c10d._get_default_store()
-        done_key = f"gansim_calibrate_ws{world_size}_done"
+        # one key per call (every rank makes the same calls in the same order): a key left
+        # set by an earlier run at this world size must not release the waiters early
+        done_key = f"gansim_calibrate_run{next(_GROUP_RUNS)}_ws{world_size}_done"
         if rank == 0:
             store.set(done_key, b"1")
         elif rank >= world_size:

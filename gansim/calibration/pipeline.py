@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from gansim.calibration import launch
+from gansim.calibration.communication import buffer_bytes as script_buffer_bytes
+from gansim.calibration.communication import gradient_buckets, summarize, unframed
 from gansim.calibration.fit import (
     fit_from_measurements,
     median_of_means,
@@ -36,6 +38,7 @@ from gansim.calibration.profile import (
     AllreducePoint,
     Measured,
     PartialProfile,
+    PhaseCost,
     Profile,
     Provenance,
     RankSamples,
@@ -43,7 +46,8 @@ from gansim.calibration.profile import (
     partial_path,
     write_profile_atomic,
 )
-from gansim.calibration.run_config import CalibrationError, RunConfig
+from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
+from gansim.core.errors import UserInputError
 from gansim.core.version import __version__
 
 Log = Callable[[str], None]
@@ -55,6 +59,10 @@ class CalibrationOptions:
     out: str = "profile.json"
     repeats: int = 4  # spawns per world size, interleaved; figures are medians over them
     run: RunConfig = RunConfig()
+    script: Optional[ScriptSpec] = None  # a user's training script instead of run.model
+    # the measured device's datasheet figures, for moving the profile to another device
+    device_tflops: Optional[float] = None
+    device_memory_bandwidth_GBps: Optional[float] = None
 
 
 def _device_name(backend: str) -> str:
@@ -71,7 +79,7 @@ def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
         backend=cfg.backend,
         torch=torch.__version__,
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=cfg.model,
+        model=f"script:{opts.script.path}" if opts.script else cfg.model,
         batch_size=cfg.batch_size,
         cores=cores(),
         mode=cfg.mode,
@@ -86,6 +94,9 @@ def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
         launcher=launcher,
         platform=f"{platform.system()} {platform.release()} {platform.machine()}; {cpu_name()}",
         load_average_start=load_average(),
+        source="script" if opts.script else "model",
+        device_tflops=opts.device_tflops,
+        device_memory_bandwidth_GBps=opts.device_memory_bandwidth_GBps,
     )
 
 
@@ -124,6 +135,8 @@ class _Recorder:
         self.log = log
         self.write = write
         self.partial = partial_path(opts.out)
+        self.script_batch: Optional[int] = None
+        self.script_d_steps: list[int] = []
 
     def save_partial(self, error: Optional[str] = None) -> None:
         if not self.write:
@@ -139,6 +152,32 @@ class _Recorder:
             self.save_partial()
 
         return handle
+
+    def on_script(self, world_size: int, repeat: int, solo: bool) -> Callable[[str, Any], None]:
+        def handle(task: str, result: Any) -> None:
+            self.record_script(world_size, result, solo)
+            what = "solo" if solo else "script"
+            self.stages.append(f"{what}@{world_size}" + (f"#{repeat + 1}" if self.opts.repeats > 1 else ""))
+            self.save_partial()
+
+        return handle
+
+    def record_script(self, ws: int, result: Any, solo: bool) -> None:
+        """A user's script: at world size w its training run; `solo`, w one-rank copies at
+        once (the compute-only run: its phases, slowed by sharing the cores). At world size
+        1 the training run is the compute run (there is nobody to talk to)."""
+        if solo:
+            self.record(ws, "compute", result)
+            return
+        self.record(ws, "train", result)
+        m, key = self.measured, str(ws)
+        if ws == 1:
+            m.compute_only[key] = m.phases[key]
+            m.compute_samples[key] = m.samples[key]
+        kept = len(result["ranks"][0]["phases"][STEP])
+        m.collectives[key] = summarize(result["collectives"], kept)
+        self.script_batch = result.get("batch_size") or self.script_batch
+        self.script_d_steps.extend(result.get("d_steps") or [])
 
     def record_steal(self, ws: int, stolen: Optional[float]) -> None:
         if stolen is None:
@@ -156,6 +195,8 @@ class _Recorder:
         key = str(ws)
         m = self.measured
         cfg = self.opts.run
+        if task in ("train", "compute") and result.get("costs") and not m.phase_costs:
+            m.phase_costs = {name: PhaseCost(**cost) for name, cost in result["costs"].items()}
         if task in ("train", "compute"):
             pooled = _pool(m.samples if task == "train" else m.compute_samples, key, result["ranks"])
             per_repeat = cfg.steps - cfg.warmup
@@ -229,6 +270,41 @@ def plan(world_sizes: Sequence[int], repeats: int = 1) -> list[tuple[int, int, t
     return out
 
 
+def plan_script(world_sizes: Sequence[int], repeats: int = 1) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(repeat, world size, tasks) per spawn of a user's script: per repeat the script alone
+    (world size 1, its compute figures) and, per world size w > 1, the script's training at
+    w, the all-reduce sweep and w one-rank copies of the script at once ("solo": core
+    sharing); gamma once. Interleaved as plan() does."""
+    out: list[tuple[int, int, tuple[str, ...]]] = []
+    for rep in range(repeats):
+        out.append((rep, 1, ("script",)))
+        for w in sorted(set(world_sizes)):
+            if w > 1:  # the script first: a script that fails at w fails fast
+                out += [(rep, w, ("script",)), (rep, w, ("sweep",)), (rep, w, ("solo",))]
+        if rep == 0:
+            out.append((rep, 1, ("reduce",)))
+    return out
+
+
+def script_communication(measured: Measured, log: Log) -> tuple[dict, dict, dict[str, list[int]], str]:
+    """Gradient bytes, buffer bytes, buckets and mode from what the script issued at its
+    largest world size (DDP all-reduces at world size 1 too)."""
+    sizes = sorted(measured.collectives, key=int)
+    records = measured.collectives[sizes[-1]] if sizes else []
+    buckets = gradient_buckets(records)
+    if not buckets["discriminator"] or not buckets["generator"]:
+        raise UserInputError(
+            f"the script issued no gradient all-reduce in its d_* and g_* phases at world size {sizes[-1] if sizes else '?'} "
+            f"(found: D {len(buckets['discriminator'])}, G {len(buckets['generator'])}); wrap both networks in "
+            "DistributedDataParallel, and mark d_backward and g_backward with phase()", field="--script")
+    for r in unframed(records):
+        log(f"warning: the script all-reduced {r.bytes} B outside every marked phase ({r.per_step:g} a step): "
+            "not attributed to a network, and not predicted")
+    mode = "ddp" if any(r.owner.startswith("ddp") for r in records if r.op == "allreduce") else "flat"
+    grad = {net: sum(b) for net, b in buckets.items()}
+    return grad, script_buffer_bytes(records), buckets, mode
+
+
 def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file=sys.stderr),
                     ) -> Optional[Profile]:
     """Run the whole calibration and write ``opts.out`` (atomically, only on success).
@@ -241,10 +317,13 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
     """
     cfg = opts.run
     torchrun = launch.launched_by_torchrun()
-    g, d, _, _ = build_model(cfg.model)
-    grad_bytes = {"discriminator": gradient_bytes(d), "generator": gradient_bytes(g)}
-    buf_bytes = {"discriminator": buffer_bytes(d), "generator": buffer_bytes(g)}
-    del g, d
+    if opts.script is None:
+        g, d, _, _ = build_model(cfg.model)
+        grad_bytes = {"discriminator": gradient_bytes(d), "generator": gradient_bytes(g)}
+        buf_bytes = {"discriminator": buffer_bytes(d), "generator": buffer_bytes(g)}
+        del g, d
+    else:  # what the script's DDP really issues is measured
+        grad_bytes = buf_bytes = {"discriminator": 0, "generator": 0}
     rank = 0
     device = local = None
     if torchrun:
@@ -255,28 +334,39 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                 f"world sizes {too_big} exceed the {launched} ranks torchrun started")
     provenance = make_provenance(opts, "torchrun" if torchrun else "spawn")
     rec = _Recorder(opts, provenance, log if rank == 0 else (lambda s: None), write=rank == 0)
-    rec.log(f"gansim calibrate: model {cfg.model}, backend {cfg.backend}, mode {cfg.mode}, "
-            f"batch {cfg.batch_size}/rank, {cfg.steps} steps ({cfg.warmup} warm-up), "
+    what = f"script {opts.script.path}" if opts.script else f"model {cfg.model}, mode {cfg.mode}"
+    batch = "the script's batch" if opts.script else f"batch {cfg.batch_size}/rank"
+    rec.log(f"gansim calibrate: {what}, backend {cfg.backend}, {batch}, {cfg.steps} steps ({cfg.warmup} warm-up), "
             f"world sizes {','.join(map(str, opts.world_sizes))}, {provenance.cores} cores, "
-            f"threads/rank {cfg.threads or 'default'}; gradients D {grad_bytes['discriminator']} B, "
-            f"G {grad_bytes['generator']} B; buffers D {buf_bytes['discriminator']} B, "
-            f"G {buf_bytes['generator']} B")
+            f"threads/rank {cfg.threads or 'default'}" + ("" if opts.script else
+            f"; gradients D {grad_bytes['discriminator']} B, G {grad_bytes['generator']} B; buffers D "
+            f"{buf_bytes['discriminator']} B, G {buf_bytes['generator']} B"))
     load = provenance.load_average_start
     if load is not None and not torchrun and load > 0.5:
         rec.log(f"warning: load average {load:.2f} on {provenance.cores} cores before starting: "
                 "other work on this machine makes the timings noisy")
     rec.save_partial()
+    spawns = plan_script(opts.world_sizes, opts.repeats) if opts.script else plan(opts.world_sizes, opts.repeats)
     try:
-        for rep, ws, tasks in plan(opts.world_sizes, opts.repeats):
+        for rep, ws, tasks in spawns:
             again = f" (repeat {rep + 1}/{opts.repeats})" if opts.repeats > 1 else ""
             rec.log(f"[world size {ws}]{again} {', '.join(tasks)}")
             before = cpu_steal_ticks()
-            if torchrun:
+            if tasks in (("script",), ("solo",)):
+                spec = ScriptSpec(opts.script.path, opts.script.args, solo=tasks == ("solo",))
+                if torchrun:  # each launched rank < ws runs the script in a child of its own
+                    launch.run_tasks_in_group(cfg, ws, (), device=device, local_rank=local, script=spec,
+                                              on_task=rec.on_script(ws, rep, spec.solo))
+                else:
+                    launch.run_local(cfg, ws, (), script=spec, on_task=rec.on_script(ws, rep, spec.solo),
+                                     log=rec.log)
+            elif torchrun:
                 launch.run_tasks_in_group(cfg, ws, tasks, device=device, local_rank=local,
                                           on_task=rec.on_task(ws, rep))
             else:
                 launch.run_local(cfg, ws, tasks, on_task=rec.on_task(ws, rep), log=rec.log)
-            rec.record_steal(ws, steal_between(before, cpu_steal_ticks()))
+            if opts.script is None or tasks == ("script",):  # one steal figure per training run
+                rec.record_steal(ws, steal_between(before, cpu_steal_ticks()))
         if torchrun:
             import torch.distributed as dist
 
@@ -284,8 +374,19 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
             dist.destroy_process_group()
         if rank != 0:
             return None
+        update: dict[str, Any] = {"load_average_end": load_average()}
+        buckets = None
+        if opts.script is not None:
+            grad_bytes, buf_bytes, buckets, mode = script_communication(rec.measured, rec.log)
+            d_steps = statistics.mode(rec.script_d_steps) if rec.script_d_steps else 1
+            if len(set(rec.script_d_steps)) > 1:
+                rec.log(f"warning: the steps had {sorted(set(rec.script_d_steps))} D steps each; the profile "
+                        f"says {d_steps}")
+            update.update(mode=mode, d_steps=d_steps, batch_size=rec.script_batch or cfg.batch_size)
         fit = fit_from_measurements(rec.measured, grad_bytes, buf_bytes)
-        provenance = provenance.model_copy(update={"load_average_end": load_average()})
+        if buckets is not None:
+            fit["gradient_buckets"] = buckets
+        provenance = provenance.model_copy(update=update)
         profile = Profile.model_validate({
             "schema": 1,
             "provenance": provenance.model_dump(),

@@ -45,7 +45,9 @@ from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_v
 
 from gansim.calibration.phases import COMPUTE_PHASES
 from gansim.core.config import (
+    BandwidthGBps,
     ByteCount,
+    Bytes,
     CoefficientOfVariation,
     Count,
     DStepCount,
@@ -56,6 +58,7 @@ from gansim.core.config import (
     Seconds,
     SecondsPerByte,
     Strict,
+    Tflops,
     validation_error,
 )
 from gansim.core import limits
@@ -108,6 +111,12 @@ class Provenance(_Model):
     # the measurements noisy (and core sharing too high)
     load_average_start: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
     load_average_end: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
+    # what was measured: gansim's own loop (model), a user's script, a torch.profiler trace
+    source: Literal["model", "script", "trace"] = "model"
+    # the measured device's peak figures when the user gave them (datasheet), for the roofline
+    # that moves the profile to another device
+    device_tflops: Optional[Tflops] = None
+    device_memory_bandwidth_GBps: Optional[BandwidthGBps] = None
 
 
 class AllreducePoint(_Model):
@@ -124,6 +133,37 @@ class ReductionPoint(_Model):
     bytes: PositiveByteCount
     time_s: PositiveSeconds
     iters: Optional[Count] = None
+
+
+class CollectiveRecord(_Model):
+    """A collective a calibrated script or trace issued: what, in which phase (its n-th
+    occurrence in the step, e.g. the first D step), by whom (ddp0, ddp1, ... in creation
+    order, or explicit), how many bytes, and how many times per step."""
+
+    op: str
+    phase: str = ""
+    occurrence: Annotated[int, Field(ge=0, le=10**9)] = 0
+    owner: str = ""
+    bytes: ByteCount
+    per_step: Annotated[float, Field(ge=0, le=1e9)]
+
+
+class PhaseCost(_Model):
+    """One occurrence of a phase: FLOPs (torch.utils.flop_counter) and bytes its operators
+    read and write (each input and output tensor once), for the roofline."""
+
+    flops: Annotated[float, Field(ge=0, le=1e21)]  # a zettaFLOP: far beyond any one phase
+    bytes: Bytes
+
+
+class ProfilerCorrection(_Model):
+    """How a trace's phases were freed of the profiler's own cost: events recorded per step
+    and phase, the cost of one event measured on the importing machine, and the raw times."""
+
+    overhead_s_per_event: Annotated[float, Field(ge=0, le=1.0)]
+    events_per_step: dict[str, Annotated[float, Field(ge=0, le=1e12)]] = Field(default_factory=dict)
+    raw_phases: dict[str, Seconds] = Field(default_factory=dict)
+    resolution_s: Optional[Seconds] = None
 
 
 class RankSamples(_Model):
@@ -163,10 +203,16 @@ class Measured(_Model):
     # per world size, each spawn's share of all CPU time that was stolen (a VM's hypervisor
     # running other guests on its cores; /proc/stat), in repeat order; empty off Linux
     steal_fraction: dict[str, list[Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
+    # per world size: the collectives a user's script or trace issued in a kept step
+    collectives: dict[str, list[CollectiveRecord]] = Field(default_factory=dict)
+    # per phase (one occurrence): FLOPs and bytes, counted in a warm-up step or from a trace
+    phase_costs: dict[str, PhaseCost] = Field(default_factory=dict)
+    # a trace's profiler overhead correction (gansim calibrate --from-trace)
+    profiler: Optional[ProfilerCorrection] = None
 
     _keys = field_validator(
         "step_time_s", "repeat_step_time_s", "samples", "phases", "compute_only", "compute_samples",
-        "compute_solo", "compute_solo_samples", "steal_fraction",
+        "compute_solo", "compute_solo_samples", "steal_fraction", "collectives",
     )(_check_ws_keys)
 
     def repeat_spread(self, world_size: str) -> Optional[float]:
@@ -193,6 +239,15 @@ class BufferBytes(_Model):
     generator: ByteCount = 0
 
 
+class GradientBuckets(_Model):
+    """The gradient all-reduces one network's step issued, in order (DDP's buckets as it
+    formed them): bytes each."""
+
+    # at least one float32 each: predict() caps DDP's buckets at the smallest (bucket_caps_MiB)
+    discriminator: list[Annotated[int, Field(ge=4, le=2**50)]] = Field(default_factory=list)
+    generator: list[Annotated[int, Field(ge=4, le=2**50)]] = Field(default_factory=list)
+
+
 class Fit(_Model):
     allreduce_model: Literal["ring"] = "ring"
     alpha_s: Annotated[float, Field(ge=0, le=1.0)]  # a latency: two loopback hops of alpha / 2
@@ -206,6 +261,8 @@ class Fit(_Model):
     compute_cv: CoefficientOfVariation = 0.0
     gradient_bytes: GradientBytes
     buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)
+    # measured buckets (scripts and traces); predictions all-reduce exactly these
+    gradient_buckets: Optional[GradientBuckets] = None
     residuals: dict[str, dict[str, Annotated[float, Field(ge=-1e9, le=1e9)]]] = Field(default_factory=dict)
     rms_relative_residual: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
 

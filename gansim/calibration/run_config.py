@@ -8,7 +8,7 @@ from typing import Optional
 
 from gansim.core.units import KiB, MiB
 
-TASKS = ("train", "compute", "sweep", "reduce")
+TASKS = ("train", "compute", "sweep", "reduce", "script")
 
 
 
@@ -27,14 +27,48 @@ DEFAULT_REDUCE_SIZES = default_sweep_sizes(64 * KiB, 64 * MiB)
 
 
 class CalibrationError(RuntimeError):
-    """A real run failed (a rank crashed, raised or hung). Not a user's input mistake."""
+    """A real run failed (a rank crashed, raised or hung). `user_input` marks a mistake in
+    how a calibrated script is marked up (ScriptMarkupError in a rank): exit 2, not 1."""
 
     def __init__(self, message: str, *, rank: int | None = None, phase: str | None = None,
-                 task: str | None = None):
+                 task: str | None = None, user_input: bool = False):
         super().__init__(message)
         self.rank = rank
         self.phase = phase
         self.task = task
+        self.user_input = user_input
+
+
+class ScriptMarkupError(RuntimeError):
+    """A calibrated script's phase markers are wrong (unclosed, nested, unknown) or it ran
+    fewer steps than asked: the user's input, not a failed run."""
+
+
+@dataclass(frozen=True)
+class ScriptSpec:
+    """A user's training script run by `gansim calibrate --script`: its path and arguments;
+    `solo`: each process runs it as a world of one (the communication-free compute run)."""
+
+    path: str
+    args: tuple[str, ...] = ()
+    solo: bool = False
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank of a user's script runs, as torchrun would describe it to the script:
+    its rank in a world of `world_size`, its rank on its node (its GPU), how many of the
+    world's ranks share that node, and the node's index."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node: int = 0
+
+    @staticmethod
+    def one_node(rank: int, world_size: int) -> "RankPlace":
+        return RankPlace(rank, world_size, rank, world_size, 0)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ from gansim.calibration.training_loop import train_loop
 def execute_task(env: RankEnv, cfg: RunConfig, task: str) -> Any:
     """Run one task on this rank and return its per-rank payload."""
     if task == "train":
-        return {"samples": train_loop(env, cfg, communicate=True)[0]}
+        samples, _, costs = train_loop(env, cfg, communicate=True)
+        return {"samples": samples, "costs": costs}
     if task == "compute":
         # at world size > 1, each step together follows one of rank 0 alone, so that the
         # core-sharing factor compares like with like (this machine's speed drifts)
-        samples, solo = train_loop(env, cfg, communicate=False, solo_steps=True)
-        return {"samples": samples, "solo": solo}
+        samples, solo, costs = train_loop(env, cfg, communicate=False, solo_steps=True)
+        return {"samples": samples, "solo": solo, "costs": costs}
     if task == "sweep":
         return {"rows": allreduce_sweep(env, cfg) if env.world_size > 1 else []}
     if task == "reduce":
@@ -29,8 +30,13 @@ def execute_task(env: RankEnv, cfg: RunConfig, task: str) -> Any:
 
 def combine_task(task: str, payloads: Sequence[Any]) -> Any:
     """Merge the per-rank payloads of one task (index = rank in the group)."""
+    if task == "script":
+        # the ranks' phases; what rank 0 saw of the collectives (all ranks issue the same)
+        return {"ranks": [{"rank": r, "phases": p["samples"]} for r, p in enumerate(payloads)],
+                **{k: payloads[0][k] for k in ("collectives", "costs", "batch_size", "d_steps", "ddp_buckets")}}
     if task in ("train", "compute"):
-        merged: dict[str, Any] = {"ranks": [{"rank": r, "phases": p["samples"]} for r, p in enumerate(payloads)]}
+        merged: dict[str, Any] = {"ranks": [{"rank": r, "phases": p["samples"]} for r, p in enumerate(payloads)],
+                                  "costs": payloads[0].get("costs") if payloads else None}
         if payloads and payloads[0].get("solo"):
             merged["solo"] = [{"rank": 0, "phases": payloads[0]["solo"]}]
         return merged

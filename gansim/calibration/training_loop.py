@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gansim.calibration.costs import PhaseCosts
 from gansim.calibration.models import build_model
 from gansim.calibration.phases import PHASES, STEP
 from gansim.calibration.run_config import RunConfig
@@ -78,10 +79,11 @@ class _Batches:
 
 
 def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool = False,
-                ) -> tuple[dict[str, list[float]], Optional[dict[str, list[float]]]]:
-    """Run ``cfg.steps`` training steps; return the kept per-step samples per phase, and
-    with ``solo_steps`` (compute only, several ranks) rank 0's samples of a step run alone
-    before each step run together (None on the other ranks)."""
+                ) -> tuple[dict[str, list[float]], Optional[dict[str, list[float]]], dict[str, dict[str, float]]]:
+    """Run ``cfg.steps`` training steps; return the kept per-step samples per phase; with
+    ``solo_steps`` (compute only, several ranks) rank 0's samples of a step run alone before
+    each step run together (None on the other ranks); and each phase's FLOPs and bytes per
+    run of it (:mod:`gansim.calibration.costs`; empty without warm-up steps)."""
     rep = env.reporter
     rep.set("build_model")
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
@@ -128,13 +130,22 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
 
     solo: dict[str, list[float]] | None = {n: [] for n in names} if solo_steps and align else None
 
+    # the last warm-up step counts each phase's FLOPs and bytes (never a kept step: counting
+    # slows it down); with no warm-up there is none, and the profile carries no costs
+    costs: dict[str, dict[str, float]] = {}
+    counter: Optional[PhaseCosts] = None
+
     def phase(lined_up: bool, name: str) -> None:
         if lined_up:
             rep.set("step_barrier")
             env.barrier()
         rep.set(name)
+        if counter is not None:
+            counter.start(name)
 
     def one_step(step: int, lined_up: bool) -> dict[str, float]:
+        nonlocal counter
+        counter = PhaseCosts() if step == cfg.warmup - 1 and not costs else None
         rec = dict.fromkeys(names, 0.0)
         env.sync()
         t_step = clock()
@@ -162,7 +173,7 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
             rec["d_backward_s"] += clock() - t
 
             if reduce_d is not None:
-                rep.set("d_allreduce_s")
+                phase(False, "d_allreduce_s")
                 t = clock()
                 reduce_d()
                 env.sync()
@@ -191,7 +202,7 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
         rec["g_backward_s"] = clock() - t
 
         if reduce_g is not None:
-            rep.set("g_allreduce_s")
+            phase(False, "g_allreduce_s")
             t = clock()
             reduce_g()
             env.sync()
@@ -204,6 +215,9 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
         rec["g_optimizer_s"] = clock() - t
         for p in d_params:
             p.requires_grad_(True)
+        if counter is not None:
+            costs.update(counter.per_occurrence({n: k for n in names if n.startswith("d_")}))
+            counter = None
         if not (math.isfinite(loss_d.item()) and math.isfinite(loss_g.item())):
             raise FloatingPointError(f"non-finite loss at step {step}")
         env.sync()
@@ -234,4 +248,4 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
             env.barrier()
         keep(kept, one_step(step, align), step)
     rep.set_step(cfg.steps)
-    return kept, (solo if env.rank == 0 else None)
+    return kept, (solo if env.rank == 0 else None), costs

@@ -50,6 +50,27 @@ def whole_number(text: str, flag: str, *, minimum: int = 1, maximum: int = 10**9
     return value
 
 
+def number(text: object, flag: str, unit: str = "", allow_zero: bool = False, maximum: float = 1e6,
+           floor: float = 1e-6) -> float:
+    """A flag's finite number, from `floor` (0 with `allow_zero`) to `maximum`, or one line
+    naming the flag: bounded like the config's range types (gansim.core.config), so that no
+    product or quotient downstream overflows or divides by zero."""
+    low = 0.0 if allow_zero else floor
+    allowed = f"a number{' of ' + unit if unit else ''} from {low:g} to {maximum:g}"
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise UserInputError(f"{text!r} is not a number; allowed: {allowed}", field=flag) from None
+    if not low <= value <= maximum:  # also NaN and infinity
+        raise UserInputError(f"{text!r}: allowed: {allowed}", field=flag)
+    return value
+
+
+def positive_float(flag: str, unit: str = "") -> Callable[[str], float]:
+    """An argparse `type` for a finite number > 0 (see `number`)."""
+    return lambda text: number(text, flag, unit)
+
+
 def positive_int_list(text: str, flag: str) -> list[int]:
     """A CLI list of counts such as `--world-sizes 1,2,4`: comma-separated whole numbers
     >= 1, each once, each within the rank limit; sorted."""

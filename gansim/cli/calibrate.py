@@ -13,8 +13,8 @@ import re
 import sys
 from typing import Any
 
-from gansim.calibration.run_config import CalibrationError, RunConfig
-from gansim.cli.args import positive_int_list, whole_number
+from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
+from gansim.cli.args import number, positive_int_list, whole_number
 from gansim.core import limits
 from gansim.core.errors import UserInputError
 
@@ -75,26 +75,31 @@ def register(subparsers: Any) -> None:
     p.add_argument("--d-steps", default="1", metavar="K",
                    help="discriminator steps per generator step (default 1)")
     p.add_argument("--seed", default="0", metavar="N", help="random seed (default 0)")
+    p.add_argument("--script", metavar="TRAIN.py",
+                   help="calibrate your own training script instead of --model: it is run as "
+                        "torchrun would run it, at each world size, its phases marked with "
+                        "gansim.calibration.phase()/step() or record_function labels; its own "
+                        "arguments follow `--`")
+    p.add_argument("--from-trace", nargs="+", metavar="TRACE.json",
+                   help="make the profile from torch.profiler Chrome traces (one file per rank of "
+                        "one run; the world size is the trace's distributedInfo.world_size)")
+    p.add_argument("--profiler-overhead-us", default=None, metavar="US",
+                   help="with --from-trace: the profiler's cost per recorded event, removed from "
+                        "every phase (default: measured here with torch.profiler; 0 keeps the "
+                        "raw times)")
+    p.add_argument("--device-tflops", default=None, metavar="T",
+                   help="the measured device's peak FLOP/s (TFLOP/s, datasheet), kept in the "
+                        "profile for predicting on another device")
+    p.add_argument("--device-memory-bandwidth-GBps", default=None, metavar="B",
+                   help="the measured device's peak memory bandwidth (GB/s, datasheet)")
+    p.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS",
+                   help="arguments of --script (after --)")
     p.set_defaults(func=run_calibrate)
 
 
 # --------------------------------------------------------------------------- validation
 def _int(value, flag: str, *, minimum: int, maximum: int = 10**9) -> int:
     return whole_number(value, flag, minimum=minimum, maximum=maximum)
-
-
-MAX_TIMEOUT_S = 1e6
-
-
-def _float(value, flag: str) -> float:
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise UserInputError(f"{value!r} is not a number; allowed: seconds > 0",
-                             field=flag) from None
-    if not 0 < x <= MAX_TIMEOUT_S:  # also NaN and infinity
-        raise UserInputError(f"{value!r}: allowed: a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}", field=flag)
-    return x
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
@@ -151,6 +156,27 @@ def _check_out(path: str) -> str:
     return path
 
 
+def _optional_number(value, flag: str, unit: str) -> float | None:
+    return None if value is None else number(value, flag, unit)
+
+
+def _check_script(args) -> tuple[str, tuple[str, ...]] | None:
+    script_args = tuple(getattr(args, "script_args", None) or ())
+    path = getattr(args, "script", None)
+    if path is None:
+        if script_args:
+            raise UserInputError(f"unexpected arguments {' '.join(script_args)!r}; allowed: script "
+                                 "arguments after -- with --script", field="calibrate")
+        return None
+    if not os.path.isfile(path):
+        raise UserInputError("file does not exist; allowed: a Python training script", source=path,
+                             field="--script")
+    if not str(path).endswith(".py"):
+        raise UserInputError("not a .py file; allowed: a Python training script", source=path,
+                             field="--script")
+    return os.path.abspath(path), script_args
+
+
 def validate_args(args) -> dict:
     """Check every flag (no torch needed) and return the parsed values."""
     values = {
@@ -164,11 +190,15 @@ def validate_args(args) -> dict:
         "out": _check_out(args.out),
         "mode": str(args.mode).strip(),
         "threads": _int(args.threads, "--threads", minimum=0),
-        "timeout_s": _float(args.timeout_s, "--timeout-s"),
+        "timeout_s": number(args.timeout_s, "--timeout-s", "seconds"),
         "sweep_sizes": parse_sizes(args.sizes),
         "sweep_iters": _int(args.sweep_iters, "--sweep-iters", minimum=0),
         "d_steps": _int(args.d_steps, "--d-steps", minimum=1, maximum=2**63),
         "seed": _int(args.seed, "--seed", minimum=0, maximum=2**63 - 1),
+        "script": _check_script(args),
+        "device_tflops": _optional_number(getattr(args, "device_tflops", None), "--device-tflops", "TFLOP/s"),
+        "device_memory_bandwidth_GBps": _optional_number(getattr(args, "device_memory_bandwidth_GBps", None),
+                                                           "--device-memory-bandwidth-GBps", "GB/s"),
     }
     limits.D_STEPS.check(values["d_steps"], field="--d-steps")
     if values["backend"] not in ("gloo", "nccl"):
@@ -205,7 +235,8 @@ def _check_torch_side(values: dict) -> None:
                 raise UserInputError(
                     f"world size {need} needs {need} GPUs on this machine, found {have} "
                     "(start multi-node runs with torchrun)", field="--world-sizes")
-    check_model_shapes(values["model"], batch=2, field="--model")
+    if values["script"] is None:
+        check_model_shapes(values["model"], batch=2, field="--model")
 
 
 def _log(line: str) -> None:
@@ -214,6 +245,8 @@ def _log(line: str) -> None:
 
 def run_calibrate(args) -> int:
     """Run ``gansim calibrate`` with parsed ``args``; returns the exit code."""
+    if getattr(args, "from_trace", None):
+        return run_from_trace(args)
     values = validate_args(args)
     try:
         import torch  # noqa: F401
@@ -241,11 +274,19 @@ def run_calibrate(args) -> int:
         sweep_sizes=values["sweep_sizes"],
         sweep_iters=values["sweep_iters"],
     )
+    script = None
+    if values["script"] is not None:
+        script = ScriptSpec(values["script"][0], values["script"][1])
     opts = pipeline.CalibrationOptions(world_sizes=values["world_sizes"], out=values["out"],
-                                       repeats=values["repeats"], run=cfg)
+                                       repeats=values["repeats"], run=cfg, script=script,
+                                       device_tflops=values["device_tflops"],
+                                       device_memory_bandwidth_GBps=values["device_memory_bandwidth_GBps"])
     try:
         pipeline.run_calibration(opts, log=_log)
     except CalibrationError as exc:
+        if exc.user_input:
+            raise UserInputError(f"{exc} ({opts.out} was not changed)", source=script.path if script else None,
+                                 field="--script") from None
         _log(f"gansim calibrate: error: {exc} (partial results in {partial_path(opts.out)}; "
              f"{opts.out} was not changed)")
         return 1
@@ -253,4 +294,27 @@ def run_calibrate(args) -> int:
         _log(f"gansim calibrate: interrupted (partial results in {partial_path(opts.out)}; "
              f"{opts.out} was not changed)")
         return 130
+    return 0
+
+
+def run_from_trace(args) -> int:
+    """``gansim calibrate --from-trace``: a profile from torch.profiler Chrome traces."""
+    from gansim.calibration.profile import write_profile_atomic
+    from gansim.calibration.trace_import import import_traces
+
+    out = _check_out(args.out)
+    overhead = getattr(args, "profiler_overhead_us", None)
+    overhead_s = None if overhead is None else number(overhead, "--profiler-overhead-us", "microseconds",
+                                                      allow_zero=True) * 1e-6
+    if getattr(args, "script", None) or getattr(args, "script_args", None):
+        raise UserInputError("give either --from-trace or --script, not both", field="--from-trace")
+    for path in args.from_trace:
+        if not os.path.isfile(path):
+            raise UserInputError("file does not exist", source=path, field="--from-trace")
+    profile = import_traces(args.from_trace, overhead_s_per_event=overhead_s, log=_log,
+                            device_tflops=_optional_number(args.device_tflops, "--device-tflops", "TFLOP/s"),
+                            device_memory_bandwidth_GBps=_optional_number(
+                                args.device_memory_bandwidth_GBps, "--device-memory-bandwidth-GBps", "GB/s"))
+    write_profile_atomic(profile, out)
+    _log(f"wrote {out}")
     return 0

@@ -3,32 +3,48 @@ machine-readable result on stdout. Exit codes: 0 success, 2 bad input (one line 
 file, the field and what is allowed), 1 anything else.
 
 Each subcommand is a module with `register(subparsers)`; a new command is a new module and
-one line in COMMANDS."""
+one line in COMMANDS. Only the module of the command asked for is imported (the others pull
+in what their commands need: torch, the platform catalog...), so that start-up stays short."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from gansim.cli import calibrate, plan, profiles, simulate, topology
 from gansim.cli.args import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineParser
 from gansim.core.errors import OutputError, UserInputError
 from gansim.core.version import __version__
 
-COMMANDS = (simulate, profiles, topology, calibrate, plan)
+# module of gansim.cli -> the commands it registers
+COMMANDS = {
+    "simulate": ("simulate",),
+    "profiles": ("predict", "validate"),
+    "topology": ("topology",),
+    "calibrate": ("calibrate",),
+    "plan": ("plan",),
+    "nccl_tests": ("nccl-tests",),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv` naming a command first, only that command's module is
+    imported and registered (any other first word gets them all, for help and errors)."""
     parser = OneLineParser(prog="gansim", description="Simulate data-parallel GAN training on GPU clusters.")
     parser.add_argument("--version", action="version", version=f"gansim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for command in COMMANDS:
-        command.register(sub)
+    first = argv[0] if argv else None
+    if first == "--version":
+        return parser  # it prints the version before it looks for a command
+    modules = [m for m, commands in COMMANDS.items() if first in commands] or list(COMMANDS)
+    for module in modules:
+        importlib.import_module(f"gansim.cli.{module}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
         return int(args.func(args))

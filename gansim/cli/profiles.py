@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, KNOWN_OUTPUTS, positive_int_list
+from gansim.cli.args import EXIT_OK, KNOWN_OUTPUTS, positive_float, positive_int_list
 from gansim.core.files import check_output_dir, replaced_dir
 from gansim.outputs.validation import VALIDATION_OUTPUTS
 
@@ -20,13 +20,24 @@ def register(sub: Any) -> None:
     pred.add_argument("--world-sizes", default="1,2,3,4", metavar="LIST", help="comma-separated rank counts")
     pred.add_argument("--topology", metavar="NAME_OR_FILE",
                       help="machine to predict for (default: the calibrated host, ranks sharing its cores)")
+    pred.add_argument("--measured-tflops", type=positive_float("--measured-tflops", "TFLOP/s"), metavar="T",
+                      help="peak FLOP/s (TFLOP/s, datasheet) of the device the profile was measured on, "
+                           "when the --topology's GPU differs (default: the profile's, or a shipped "
+                           "topology's GPU of the same name)")
+    pred.add_argument("--measured-memory-bandwidth-GBps", type=positive_float("--measured-memory-bandwidth-GBps", "GB/s"),
+                      metavar="B", help="peak memory bandwidth (GB/s, datasheet) of the measured device")
     pred.add_argument("--json", action="store_true", help="print the predictions as JSON on stdout")
     pred.set_defaults(func=cmd_predict)
 
-    val = sub.add_parser("validate", help="predict every calibrated world size from the fit and compare")
-    val.add_argument("--profile", required=True, metavar="FILE", help="profile.json written by gansim calibrate")
+    val = sub.add_parser("validate", help="predict every calibrated world size from the fit and compare; or "
+                                           "(--published) the shipped nccl-tests measurements of real systems")
+    which = val.add_mutually_exclusive_group(required=True)
+    which.add_argument("--profile", metavar="FILE", help="profile.json written by gansim calibrate")
+    which.add_argument("--published", nargs="?", const="", metavar="NAME",
+                       help="predict the published nccl-tests measurements (validation/) from each system's topology "
+                            "alone: all of them, or the one named")
     val.add_argument("--out", metavar="DIR", help="where to write validation.json and report.html "
-                                                   "(default gansim-out/validate)")
+                                                   "(default gansim-out/validate, gansim-out/validate-published)")
     val.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
     val.set_defaults(func=cmd_validate)
 
@@ -42,13 +53,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
     world_sizes = positive_int_list(args.world_sizes, "--world-sizes")
     profile = load_profile(args.profile)
     topology = load_topology(args.topology, field="--topology") if args.topology else None
-    predictions = predict(profile, world_sizes, topology)
+    predictions = predict(profile, world_sizes, topology, measured_tflops=args.measured_tflops,
+                          measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps)
     result = {"profile": args.profile, "predictions": [
         {"world_size": p.world_size, "step_time_s": p.step_time_s, "speedup": p.speedup,
-         "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"]} for p in predictions]}
+         "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"],
+         **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
+        for p in predictions]}
     human = sys.stderr if args.json else sys.stdout
     print(f"prediction from {args.profile} ({profile.provenance.model}, batch {profile.provenance.batch_size} "
           f"per rank, {profile.provenance.mode}, {profile.provenance.device})", file=human)
+    scaled = predictions[0].compute_scaled_from if predictions else None
+    if scaled:
+        bounds = ", ".join(f"{name} {v['bound']}-bound x{v['ratio']:.3g}" for name, v in scaled["phases"].items())
+        print(f"compute scaled from {scaled['device']} to {scaled['to']} by a roofline: x{scaled['ratio']:.3g} "
+              f"overall ({bounds})", file=human)
     print(f"{'ranks':>5} {'step ms':>10} {'speedup':>8}  bottleneck", file=human)
     for p in predictions:
         b = p.record["bottleneck"]
@@ -60,6 +79,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.published is not None:
+        return cmd_validate_published(args)
     from gansim.calibration.profile import load_profile
     from gansim.outputs.validation import write_validation
     from gansim.prediction.validation import validate
@@ -76,4 +97,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    return EXIT_OK
+
+
+def cmd_validate_published(args: argparse.Namespace) -> int:
+    from gansim.outputs.validation import write_published_validation
+    from gansim.prediction.published import as_dict, compare, error_table, load_published, predicted_curves
+
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"
+    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
+    files = load_published(args.published or None)
+    rows = [row for f in files for row in compare(f)]
+    curves = {f.spec.name: predicted_curves(f) for f in files}
+    record = as_dict(files, rows)
+    table = error_table(files, rows)
+    with replaced_dir(out_dir, VALIDATION_OUTPUTS) as stage:
+        written = [out_dir / path.relative_to(stage)
+                   for path in write_published_validation(stage, record, curves, table)]
+    human = sys.stderr if args.json else sys.stdout
+    print("published nccl-tests measurements predicted from each system's topology alone (nccl algorithm, flow "
+          "model); error = (predicted - measured) / measured busbw; messages from 1 MiB", file=human)
+    print(table, file=human)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(record, indent=2) + "\n")
     return EXIT_OK

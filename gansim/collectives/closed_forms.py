@@ -29,11 +29,13 @@ __all__ = [
     "CLOSED_FORMS",
     "algbw",
     "binomial_tree_time",
+    "bus_factor",
     "busbw",
     "closed_form_time",
     "halving_doubling_time",
     "hierarchical_copy_time",
     "hierarchical_ring_time",
+    "nccl_shape_time",
     "paper_allreduce_time",
     "paper_t1",
     "paper_t2",
@@ -70,6 +72,16 @@ def ring_time(
     if p == 1:
         return 0.0
     return 2 * (p - 1) * alpha + (p - 1) * n * (2 * beta + gamma) / p
+
+
+@CLOSED_FORMS.register("nccl")
+def nccl_shape_time(
+    p: int, n: float, alpha: float, beta: float, gamma: float, groups: Groups | None = None
+) -> float:
+    """NCCL's shape without a machine is its ring (gansim.collectives.schedules.nccl), so the
+    ring's formula; on a machine the `alpha_beta` cost model charges NCCL's own tuning model
+    instead (gansim/collectives/nccl.py model_seconds)."""
+    return ring_time(p, n, alpha, beta, gamma)
 
 
 @CLOSED_FORMS.register("halving_doubling")
@@ -246,12 +258,26 @@ def algbw(nbytes: float, time: float) -> float:
     return nbytes / time
 
 
-def busbw(nbytes: float, time: float, n: int) -> float:
-    """Bus bandwidth of an all-reduce over n ranks: algbw x 2(n-1)/n.
+def busbw(nbytes: float, time: float, n: int, op: str = "all_reduce") -> float:
+    """Bus bandwidth of a collective over n ranks: algbw x bus_factor(op, n) (an all-reduce's
+    2(n-1)/n by default).
 
     nccl-tests' factor makes busbw comparable to the link bandwidth: a ring all-reduce moves
     2(n-1)/n bytes per byte of buffer through every rank's link.
     """
+    return algbw(nbytes, time) * bus_factor(op, n)
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw / algbw (doc/PERFORMANCE.md; src/*.cu GetBw): all-reduce 2(n-1)/n,
+    all-gather and reduce-scatter (n-1)/n of their total size, broadcast 1. It is also what each
+    link of a ring carries per byte of that size."""
     if int(n) != n or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    return algbw(nbytes, time) * 2 * (n - 1) / n
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}")

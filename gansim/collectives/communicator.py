@@ -15,7 +15,9 @@ from gansim.collectives.closed_forms import (
     closed_form_time,
     paper_allreduce_time,
 )
+from gansim.collectives import nccl
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
+from gansim.collectives.uncontended import PlayPlan, TransferBudget, UncontendedPlay
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
@@ -37,6 +39,7 @@ class CollectiveSpan:
     entry: np.ndarray  # per rank: the task after which the rank joins (-1: from the start)
     exit: np.ndarray  # per rank: the task whose end is the rank leaving the collective
     transfers: tuple[int, int] = (0, 0)  # task id range of its transfers (flow model)
+    play: UncontendedPlay | None = None  # when it was played without the flow network
 
 
 @dataclass
@@ -48,15 +51,43 @@ class Communicator:
     chunks: int = 1
     gamma_s_per_byte: float = 0.0
     element_bytes: int = 4
+    # the `nccl` algorithm: NCCL_ALGO / NCCL_PROTO, or None for NCCL's own choice
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
+    # all-reduces of at least this many transfers that nothing contends with are played
+    # by gansim/collectives/uncontended.py (None: never), keeping the run's first
+    # `keep_transfers` transfers, in all, for its details
+    uncontended_min_transfers: int | None = None
+    keep_transfers: int = 0
     spans: list[CollectiveSpan] = field(default_factory=list)
+    _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
+    _budget: TransferBudget | None = None
+    # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
+    # plan, or None where it is contended
+    _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
+    _nccl: nccl.NcclState | None = field(default=None, repr=False)
+
+    def play_plan(self, schedule: Schedule, nbytes: float) -> PlayPlan | None:
+        key = (id(schedule), nbytes)
+        if key not in self._plans:
+            self._plans[key] = (schedule, PlayPlan.build(self.cluster, schedule, _participants(self.cluster, schedule),
+                                                         nbytes))
+        return self._plans[key][1]
+
+    def nccl(self) -> nccl.NcclState:
+        """NCCL's view of this run's machine and its tuning (built on first use)."""
+        if self._nccl is None:
+            self._nccl = nccl.nccl_state(self.cluster)
+        return self._nccl
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
         """Add an all-reduce of `nbytes` per rank that each rank joins after its `entry`
         task; return, per rank, the task at whose end that rank has the sum."""
         model = COST_MODELS.get(self.cost_model, field="cost_model")
         before = self.graph.size
+        self._play = None
         exits = model(self, entry, nbytes, label)
-        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size), self._play))
         return exits
 
     def broadcast(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
@@ -64,7 +95,9 @@ class Communicator:
         cost model) or charged by its closed form (the others; the paper has no broadcast,
         so `paper` charges the alpha-beta form too)."""
         before = self.graph.size
-        if self.cost_model == "flow":
+        if self.algorithm == nccl.NCCL:
+            exits = nccl_collective(self, entry, "broadcast", nbytes, label)
+        elif self.cost_model == "flow":
             count = max(1, int(np.ceil(nbytes / self.element_bytes)))
             exits = play_schedule(self, entry, broadcast(self.cluster.ranks, count), nbytes, label)
         else:
@@ -74,12 +107,27 @@ class Communicator:
         self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
         return exits
 
+    def collective(self, op: str, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        """Any of nccl-tests' collectives (all_reduce, all_gather, reduce_scatter, broadcast);
+        the textbook algorithms have the all-reduce and the broadcast only."""
+        if op == "all_reduce":
+            return self.allreduce(entry, nbytes, label)
+        if op == "broadcast":
+            return self.broadcast(entry, nbytes, label)
+        if self.algorithm != nccl.NCCL:
+            raise UserInputError(f"{op} is modelled for the nccl algorithm only, not {self.algorithm!r}",
+                                 field="algorithm")
+        before = self.graph.size
+        exits = nccl_collective(self, entry, op, nbytes, label)
+        self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
+        return exits
+
     def groups(self) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(g) for g in self.cluster.groups())
 
     def link_parameters(self) -> LinkParameters:
         nodes = self.cluster.rank_nodes
-        hops = [self.cluster.topology.route(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+        hops = self.cluster.topology.routes([(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))])
         return LinkParameters(max(h.latency_s for h in hops), max(1.0 / h.bottleneck_Bps for h in hops))
 
 
@@ -89,6 +137,16 @@ COST_MODELS: Registry[Callable[[Communicator, np.ndarray, float, str], np.ndarra
 @lru_cache(maxsize=64)
 def _schedule(algorithm: str, ranks: int, count: int, groups: tuple[tuple[int, ...], ...] | None) -> Schedule:
     return build_schedule(algorithm, ranks, count, [list(g) for g in groups] if groups else None)
+
+
+def nccl_collective(comm: Communicator, entry: np.ndarray, op: str, nbytes: float, label: str) -> np.ndarray:
+    """A collective as NCCL runs it: its channels as flows (`flow`), or NCCL's own tuning
+    model's time (`alpha_beta`; the paper's model has no NCCL, so it charges the same)."""
+    state = comm.nccl()
+    if comm.cost_model == "flow":
+        return nccl.play(comm.cluster, comm.graph, state, entry, op, nbytes, label, comm.nccl_algo, comm.nccl_proto)
+    seconds = nccl.model_seconds(state, op, nbytes, comm.nccl_algo, comm.nccl_proto)
+    return _closed_form_delay(comm, entry, seconds, label)
 
 
 def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, label: str) -> np.ndarray:
@@ -104,6 +162,8 @@ def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, la
 
 @COST_MODELS.register("alpha_beta")
 def alpha_beta_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+    if comm.algorithm == nccl.NCCL:
+        return nccl_collective(comm, entry, "all_reduce", nbytes, label)
     p = comm.cluster.ranks
     link = comm.link_parameters()
     groups = [list(g) for g in comm.groups()]
@@ -128,10 +188,38 @@ _BLOCK_CELLS = 1 << 21
 
 @COST_MODELS.register("flow")
 def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
-    """Play the all-reduce algorithm's schedule on the network (see play_schedule)."""
+    """Play the all-reduce algorithm's schedule on the network (see play_schedule); `nccl`
+    plays NCCL's channels (gansim/collectives/nccl.py)."""
+    if comm.algorithm == nccl.NCCL:
+        return nccl_collective(comm, entry, "all_reduce", nbytes, label)
     count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
     groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
-    return play_schedule(comm, entry, _schedule(comm.algorithm, comm.cluster.ranks, count, groups), nbytes, label)
+    schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
+    if (comm.uncontended_min_transfers is not None and comm.chunks == 1
+            and schedule.transfers() >= comm.uncontended_min_transfers):
+        plan = comm.play_plan(schedule, nbytes)
+        if plan is not None:
+            if comm._budget is None:
+                comm._budget = TransferBudget(comm.keep_transfers)
+            play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget)
+            return play_uncontended(comm, entry, play, label)
+    return play_schedule(comm, entry, schedule, nbytes, label)
+
+
+def play_uncontended(comm: Communicator, entry: np.ndarray, play: UncontendedPlay, label: str) -> np.ndarray:
+    """The collective as one task per rank, whose end the play computes once every rank
+    has joined (every rank of an all-reduce leaves after the last one joined)."""
+    graph = comm.graph
+    p = comm.cluster.ranks
+    joined = graph.add(DELAY, -1, 0.0, -1, SYNC, f"{label}: all joined", count=1)
+    graph.depend(entry, np.repeat(joined, entry.size))
+    exits = graph.add_solved(np.arange(p), COMMUNICATION, f"{label}: uncontended", play.solve)
+    graph.depend(np.repeat(joined, p), exits)
+    return exits
+
+
+def _participants(cluster: Cluster, schedule: Schedule) -> tuple[str, ...]:
+    return tuple(cluster.rank_nodes) + tuple(_extra_node(cluster, name) for name in schedule.extra_participants)
 
 
 def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nbytes: float,
@@ -143,9 +231,7 @@ def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nby
     cluster, graph = comm.cluster, comm.graph
     p = cluster.ranks
     count = schedule.count
-    participants = tuple(cluster.rank_nodes) + tuple(
-        _extra_node(cluster, name) for name in schedule.extra_participants
-    )
+    participants = _participants(cluster, schedule)
     n_part = len(participants)
     is_rank = np.arange(n_part) < p
     bytes_per_element = nbytes / count / comm.chunks

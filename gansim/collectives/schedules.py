@@ -183,20 +183,27 @@ def _ring_steps(
     rings, n = members.shape
     if n < 2:
         return []
-    src = _frozen_int64(members.ravel())
-    dst = _frozen_int64(np.roll(members, -1, axis=1).ravel())
     # Segment (j + c) mod n of every position j is the window [n + c, 2n + c) of the per-ring
-    # lo / hi tiled three times, so each step is a slice (a view when there is one ring).
-    lo3 = _frozen_int64(np.tile(bounds[:, :-1], 3))
-    hi3 = _frozen_int64(np.tile(bounds[:, 1:], 3))
+    # lo / hi tiled three times, so each step is a slice. With more positions than rings
+    # (2-D ring across 2,048 machines: 8 rings of 2,048) transfers are listed position by
+    # position, so that the slice is a view rather than a copy per step.
+    by_position = n > rings
+    order = (lambda a: a.T) if by_position else (lambda a: a)
+    src = _frozen_int64(order(members).ravel())
+    dst = _frozen_int64(order(np.roll(members, -1, axis=1)).ravel())
+    lo3 = _frozen_int64(np.ascontiguousarray(order(np.tile(bounds[:, :-1], 3))))
+    hi3 = _frozen_int64(np.ascontiguousarray(order(np.tile(bounds[:, 1:], 3))))
     steps: list[Step | None] = []
     phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
+    # with no empty segment no transfer is ever dropped: steps are made without checking
+    whole = bool((bounds[:, 1:] > bounds[:, :-1]).all())
     for reduce in phases:
         for s in range(n - 1):
             start = n - s + (0 if reduce else 1)
-            lo = lo3[:, start : start + n].reshape(-1)
-            hi = hi3[:, start : start + n].reshape(-1)
-            steps.append(_step(src, dst, lo, hi, reduce))
+            window = slice(start, start + n)
+            lo = (lo3[window] if by_position else lo3[:, window]).reshape(-1)
+            hi = (hi3[window] if by_position else hi3[:, window]).reshape(-1)
+            steps.append(Step(src, dst, lo, hi, reduce) if whole else _step(src, dst, lo, hi, reduce))
     return steps
 
 
@@ -212,6 +219,19 @@ def ring(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
     members = np.arange(ranks, dtype=np.int64)[None, :]
     bounds = segment_bounds(count, ranks)[None, :]
     return _schedule("ring", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
+
+
+@ALGORITHMS.register("nccl")
+def nccl(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
+    """NCCL's shape when no machine is given: one channel of its ring, through the ranks
+    machine by machine (`groups`, in order). On a machine the cost models play what NCCL itself
+    would run there (gansim/collectives/nccl.py: its algorithm, protocol and channels)."""
+    order = [r for g in _check_partition(groups, ranks, "nccl") for r in g] if groups else list(range(ranks))
+    if ranks == 1:
+        return _schedule("nccl", ranks, count, [])
+    members = np.array(order, dtype=np.int64)[None, :]
+    bounds = segment_bounds(count, ranks)[None, :]
+    return _schedule("nccl", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
 
 
 @ALGORITHMS.register("tree")

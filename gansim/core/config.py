@@ -35,6 +35,9 @@ LinkKind = Literal["pcie", "nvlink", "net", "loopback"]
 CostModelName = Literal["flow", "alpha_beta", "paper"]
 Scaling = Literal["weak", "strong"]
 GradientDtype = Literal["fp32", "fp16", "int8"]
+# NCCL's algorithms and protocols, as NCCL_ALGO / NCCL_PROTO name them
+NcclAlgo = Literal["ring", "tree", "nvls", "nvls_tree"]
+NcclProto = Literal["LL", "LL128", "Simple"]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 
@@ -97,10 +100,25 @@ class NodeSpec(Strict):
     kind: NodeKind
     memory_GB: MemoryGB | None = None
     tflops: Tflops | None = None
+    # peak device-memory bandwidth per datasheet (GB/s): memory-bound kernels (gradient
+    # compression) and the roofline that moves a calibrated profile to another GPU use it
+    memory_bandwidth_GBps: BandwidthGBps | None = None
     model: str | None = None
     cores: Count | None = None
     host: str | None = None
     threads: Count | None = None
+    # gpu: False when it cannot reach another GPU's memory directly (GeForce cards, P2P disabled,
+    # most VMs): its GPU-to-GPU bytes are staged in host memory, as NCCL's SHM transport does
+    p2p: bool = True
+    # gpu: CUDA compute capability (8.0 for an A100); left out, it is read from `model`
+    # (gansim/topology/devices.py), which sets the NVLink generation and NCCL's tuning
+    compute_capability: float | None = Field(default=None, ge=1, le=20, allow_inf_nan=False)
+    # nvswitch: whether it reduces in the switch (NVLink SHARP, NCCL's NVLS algorithm); left out,
+    # yes when its GPUs are Hopper or newer (third-generation NVSwitch), as NCCL checks
+    nvlink_sharp: bool | None = None
+    # host: DRAM bandwidth (all channels, datasheet rate), which staged GPU-to-GPU traffic
+    # (written to and read back from host memory) shares; left out, not a constraint
+    dram_bandwidth_GBps: BandwidthGBps | None = None
 
 
 class LinkSpec(Strict):
@@ -222,6 +240,10 @@ class TrainingOptions(Strict):
     # coefficient of variation, drawn from the scenario's seed. A synchronous step waits at
     # every collective for the slowest rank, so variability costs time, more with more ranks.
     compute_cv: CoefficientOfVariation = 0.0
+    # For the `nccl` algorithm: force NCCL's algorithm or protocol as NCCL_ALGO / NCCL_PROTO do
+    # (default: NCCL's own choice by message size; gansim/collectives/nccl_tuning.py)
+    nccl_algo: NcclAlgo | None = None
+    nccl_proto: NcclProto | None = None
 
 
 # ----------------------------------------------------------------------------- what-ifs

@@ -25,7 +25,7 @@ from yaml.scanner import Scanner
 from gansim.core import limits
 from gansim.core.errors import OutputError, UserInputError
 
-ShippedKind = Literal["topologies", "scenarios", "platforms"]
+ShippedKind = Literal["topologies", "scenarios", "platforms", "validation"]
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -186,7 +186,8 @@ def _check_expanded(root: Any, source: str) -> None:
     measure(root, 1)
 
 
-_SINGULAR = {"topologies": "topology", "scenarios": "scenario", "platforms": "platform catalog"}
+_SINGULAR = {"topologies": "topology", "scenarios": "scenario", "platforms": "platform catalog",
+             "validation": "published measurement"}
 
 
 def shipped_dir(kind: ShippedKind) -> Path:
@@ -198,7 +199,7 @@ def shipped_dir(kind: ShippedKind) -> Path:
     return Path(__file__).resolve().parents[2] / kind
 
 
-def shipped_names(kind: Literal["topologies", "scenarios"]) -> list[str]:
+def shipped_names(kind: Literal["topologies", "scenarios", "validation"]) -> list[str]:
     return sorted(p.stem for p in shipped_dir(kind).glob("*.yaml"))
 
 

@@ -23,6 +23,16 @@ class Resource:
     kind: str  # a link kind (pcie, nvlink, net, loopback) or "compute" / "cores"
 
 
+@dataclass
+class _Resources:
+    names: list[str]
+    kinds: list[str]
+
+    def append(self, name: str, kind: str) -> None:
+        self.names.append(name)
+        self.kinds.append(kind)
+
+
 class Cluster:
     def __init__(self, topology: Topology, ranks: int, env: simpy.Environment, *, source: str | None = None):
         if ranks > len(topology.ranks):
@@ -33,8 +43,11 @@ class Cluster:
         self.topology = topology
         self.ranks = ranks
         self.rank_nodes = topology.ranks[:ranks]
-        resources = [Resource(name, kind) for name, kind in zip(topology.link_names, topology.link_kinds)]
-        capacity = list(topology.capacity_Bps)
+        # resources: the topology's directed links, then each rank's compute and loader
+        # and the hosts' core pools, as (name, kind) lists
+        names, kinds = list(topology.link_names), list(topology.link_kinds)
+        resources = _Resources(names, kinds)
+        capacity = topology.capacity_Bps.tolist()
         pools: dict[str, int] = {}
         # Compute resources are in "work units" per second: seconds of work for a GPU (whose
         # copies are done by DMA engines, not by its compute), but bytes for a CPU rank,
@@ -50,10 +63,10 @@ class Cluster:
             spec = topology.nodes[node]
             if spec.kind == "cpu":
                 self.work_scale[r] = self._link_rate(node)
-            self.compute_resource[r] = len(resources)
-            resources.append(Resource(f"{node}:compute", "compute"))
+            self.compute_resource[r] = len(names)
+            resources.append(f"{node}:compute", "compute")
             capacity.append(float(self.work_scale[r]))
-            route = [len(resources) - 1]
+            route = [len(names) - 1]
             if spec.kind == "cpu":
                 host = spec.host or topology.host_of.get(node)
                 if host is not None:
@@ -62,30 +75,52 @@ class Cluster:
                 loader_routes.append(route)  # the rank's own thread assembles its batch
             else:
                 # input pipeline: one loader thread per GPU rank on its host's cores
-                resources.append(Resource(f"{node}:dataloader", "compute"))
+                resources.append(f"{node}:dataloader", "compute")
                 capacity.append(1.0)
-                loader = [len(resources) - 1]
+                loader = [len(names) - 1]
                 host = topology.host_of.get(node)
                 if host is not None and topology.nodes[host].cores is not None:
                     loader.append(self._pool(host, pools, resources, capacity, 1.0))
                 loader_routes.append(loader)
             compute_routes.append(route)
+        # A GPU's collective kernels (the SMs NCCL's channels run on) as one resource of
+        # capacity 1: a collective's flows weigh 1 / (what its kernels can move per second)
+        # on it, so per-channel and per-GPU throughput limits bind like any other resource.
+        self.kernel_resource = np.full(ranks, -1, dtype=np.int64)
+        for r, node in enumerate(self.rank_nodes):
+            if topology.nodes[node].kind == "gpu":
+                self.kernel_resource[r] = len(names)
+                resources.append(f"{node}:collective kernels", "kernels")
+                capacity.append(1.0)
+        # A host's DRAM, which GPU-to-GPU bytes staged in host memory write and read back
+        self.memory_resource: dict[str, int] = {}
+        for name, spec in topology.nodes.items():
+            if spec.kind == "host":
+                self.memory_resource[name] = len(names)
+                resources.append(f"{name}:memory", "memory")
+                capacity.append(spec.dram_bandwidth_GBps * 1e9 if spec.dram_bandwidth_GBps else float("inf"))
         # loader work is in the units of its route: the rank's core for CPU ranks, seconds else
         self.loader_scale = np.where([topology.nodes[n].kind == "cpu" for n in self.rank_nodes], self.work_scale, 1.0)
-        self.resources = resources
-        self.network = FlowNetwork(env, np.array(capacity, dtype=float), [r.name for r in resources])
+        self.resource_names, self.resource_kinds = names, kinds
+        self.network = FlowNetwork(env, np.array(capacity, dtype=float), names)
         self.compute_route = np.array([self.network.add_route(np.array(r), 0.0) for r in compute_routes])
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self._node_routes: dict[tuple[str, str], int] = {}
-        self._pair_routes: dict[tuple[str, ...], np.ndarray] = {}
+        self._h2d_routes: np.ndarray | None = None
+        # per participant tuple: sorted keys (src * participants + dst) and their route ids
+        self._pair_routes: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._weighted_routes: dict[bytes, int] = {}
 
-    def _pool(self, host: str, pools: dict[str, int], resources: list[Resource], capacity: list[float],
+    def resource(self, index: int) -> Resource:
+        return Resource(self.resource_names[index], self.resource_kinds[index])
+
+    def _pool(self, host: str, pools: dict[str, int], resources: "_Resources", capacity: list[float],
               scale: float) -> int:
         """A host's cores as one resource, in the work units of the ranks using it."""
         if host not in pools:
             cores = self.topology.nodes[host].cores
-            pools[host] = len(resources)
-            resources.append(Resource(f"{host}:cores", "cores"))
+            pools[host] = len(resources.names)
+            resources.append(f"{host}:cores", "cores")
             capacity.append(float(cores) * scale if cores is not None else float("inf"))
         return pools[host]
 
@@ -93,14 +128,22 @@ class Cluster:
         """Bytes/s a CPU rank's core moves: it can send and receive at its link's rate at
         once (that is what the fitted beta of a 2-rank ring measures), so twice the slowest
         link out of it."""
-        rates = [self.topology.capacity_Bps[self.topology.link_index(node, peer)]
-                 for peer in self.topology.graph.neighbors(node)]
-        return 2.0 * float(min(rates)) if rates else 1.0
+        rates = self.topology.capacity_Bps[self.topology.links_from(node)]
+        return 2.0 * float(rates.min()) if rates.size else 1.0
 
     def node_route(self, src: str, dst: str) -> int:
         key = (src, dst)
         found = self._node_routes.get(key)
         if found is None:
+            staging = self.staging_host(src, dst)
+            if staging is not None:
+                # no peer-to-peer: written to the receiver's host memory, read back from it
+                first, second = self.topology.route(src, staging), self.topology.route(staging, dst)
+                links = np.concatenate([first.links, second.links])
+                found = self._node_routes[key] = self.network.add_route(
+                    np.concatenate([links, [self.memory_resource[staging]]]), first.latency_s + second.latency_s,
+                    np.concatenate([np.ones(links.size), [2.0]]))
+                return found
             route = self.topology.route(src, dst)
             # a CPU rank's messages are moved by its own core (and draw on its host's cores)
             extra = self._cpu_route_extra.get(src, []) + self._cpu_route_extra.get(dst, [])
@@ -108,26 +151,57 @@ class Cluster:
             found = self._node_routes[key] = self.network.add_route(resources, route.latency_s)
         return found
 
+    def staging_host(self, src: str, dst: str) -> str | None:
+        """The host whose memory stages bytes from GPU src to GPU dst when one of them cannot
+        do peer-to-peer (`p2p: false`) and no NVLink joins them: the receiver's (as NCCL's SHM
+        transport keeps its buffer on the receiver's side); None when they talk directly."""
+        nodes = self.topology.nodes
+        if nodes[src].kind != "gpu" or nodes[dst].kind != "gpu" or (nodes[src].p2p and nodes[dst].p2p):
+            return None
+        if self.topology.has_link(src, dst) and self.topology.link_kinds[self.topology.link_index(src, dst)] == "nvlink":
+            return None
+        return self.topology.host_of.get(dst)
+
+    def weighted_route(self, resources: np.ndarray, weights: np.ndarray) -> int:
+        """A route over any resources with a weight on each, no latency (a collective that
+        charges its own latency); the same resources and weights give the same route id."""
+        key = np.asarray(resources, dtype=np.int64).tobytes() + np.asarray(weights, dtype=float).tobytes()
+        found = self._weighted_routes.get(key)
+        if found is None:
+            found = self._weighted_routes[key] = self.network.add_route(resources, 0.0, weights)
+        return found
+
     def pair_routes(self, participants: tuple[str, ...], src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Route ids for transfers between participants (indices into `participants`)."""
-        table = self._pair_routes.get(participants)
-        if table is None:
-            table = self._pair_routes[participants] = np.full((len(participants), len(participants)), -1, np.int64)
-        ids = table[src, dst]
-        if (ids < 0).any():
-            wanted = np.zeros(table.shape, dtype=bool)
-            wanted[src, dst] = True  # each distinct pair once, however many transfers use it
-            new = np.argwhere(wanted & (table < 0)).tolist()
-            self.topology.routes([(participants[s], participants[d]) for s, d in new])  # in bulk
-            for s, d in new:
-                table[s, d] = self.node_route(participants[s], participants[d])
-            ids = table[src, dst]
-        return ids
+        n = len(participants)
+        known_keys, known_ids = self._pair_routes.get(participants, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        keys = np.asarray(src, dtype=np.int64) * n + np.asarray(dst, dtype=np.int64)
+        where = np.minimum(np.searchsorted(known_keys, keys), max(known_keys.size - 1, 0))
+        found = known_keys[where] == keys if known_keys.size else np.zeros(keys.size, dtype=bool)
+        if not found.all():
+            new = np.unique(keys[~found])  # each distinct pair once, however many transfers use it
+            pairs = [(participants[k // n], participants[k % n]) for k in new.tolist()]
+            self.topology.routes(pairs)  # in bulk
+            new_ids = np.array([self.node_route(a, b) for a, b in pairs], dtype=np.int64)
+            known_keys = np.concatenate([known_keys, new])
+            order = np.argsort(known_keys, kind="stable")
+            known_keys, known_ids = known_keys[order], np.concatenate([known_ids, new_ids])[order]
+            self._pair_routes[participants] = (known_keys, known_ids)
+            where = np.searchsorted(known_keys, keys)
+        return known_ids[where]
 
     def h2d_route(self, rank: int) -> int:
         node = self.rank_nodes[rank]
         host = self.topology.host_of.get(node)
         return self.node_route(host, node) if host is not None else -1
+
+    def h2d_routes(self) -> np.ndarray:
+        """Every rank's host-to-device route (-1 where a rank has no host)."""
+        if self._h2d_routes is None:
+            host_of = self.topology.host_of
+            self.topology.routes([(host_of[n], n) for n in self.rank_nodes if n in host_of])  # in bulk
+            self._h2d_routes = np.array([self.h2d_route(r) for r in range(self.ranks)], dtype=np.int64)
+        return self._h2d_routes
 
     def device_tflops(self) -> float | None:
         values = [self.topology.nodes[n].tflops for n in self.rank_nodes]

@@ -1,15 +1,18 @@
 """A task graph executed on the flow network.
 
 Every piece of a simulated step is a task: a *flow* (bytes over a route, or seconds of
-work on a compute resource, both shared max-min fairly by `FlowNetwork`) or a *delay*
-(fixed time, e.g. a local reduction or a host overhead). A task starts when all of its
+work on a compute resource, both shared max-min fairly by `FlowNetwork`), a *delay*
+(fixed time, e.g. a local reduction or a host overhead) or a *solved* task, whose end
+is computed when it starts by the function it was added with (a whole collective timed
+without the flow network, gansim/collectives/uncontended.py). A task starts when all of its
 predecessors have ended. Tasks that become ready at the same instant are dispatched
 together, so a symmetric step of many ranks costs a handful of numpy calls, not one
 Python event per rank."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import simpy
@@ -20,6 +23,11 @@ from gansim.network.flows import FlowNetwork, distinct
 
 FLOW = 0
 DELAY = 1
+SOLVED = 2
+
+# solve(now, end) -> the end time of each of its tasks, from the end times of the tasks
+# that ended so far (`end`, NaN for the others)
+Solver = Callable[[float, np.ndarray], np.ndarray]
 
 # what a task's time counts as in a rank's breakdown
 CATEGORIES = ("compute", "communication", "data", "overhead", "sync")
@@ -55,6 +63,7 @@ class TaskGraph:
         self._edge_src: list[np.ndarray] = []
         self._edge_dst: list[np.ndarray] = []
         self._labels = Labels()
+        self._solved: list[tuple[int, int, Solver]] = []
         self.size = 0
         self.max_size = limits.TASKS.value
 
@@ -82,6 +91,12 @@ class TaskGraph:
         self._label.append(np.full(n, self.label_id(label), dtype=np.int32))
         self._detail.append(np.broadcast_to(np.asarray(detail, dtype=np.int32), (n,)))
         self.size += n
+        return ids
+
+    def add_solved(self, rank: np.ndarray, category: int, label: str, solve: Solver) -> np.ndarray:
+        """Tasks (one per entry of `rank`) whose end times `solve` gives when they start."""
+        ids = self.add(SOLVED, -1, 0.0, rank, category, label)
+        self._solved.append((int(ids[0]), int(ids.size), solve))
         return ids
 
     def depend(self, before: np.ndarray, after: np.ndarray) -> None:
@@ -114,7 +129,7 @@ class TaskGraph:
             kind=cat(self._kind, np.int8), route=cat(self._route, np.int64), amount=cat(self._amount, float),
             rank=cat(self._rank, np.int64), category=cat(self._category, np.int8), label=cat(self._label, np.int32),
             detail=cat(self._detail, np.int32), labels=list(self.labels), succ_ptr=ptr, succ=succ,
-            indegree=np.bincount(dst, minlength=self.size).astype(np.int64),
+            indegree=np.bincount(dst, minlength=self.size).astype(np.int64), solved=list(self._solved),
         )
 
 
@@ -138,6 +153,7 @@ class FrozenGraph:
     succ_ptr: np.ndarray
     succ: np.ndarray
     indegree: np.ndarray
+    solved: list[tuple[int, int, Solver]] = field(default_factory=list)  # (first task, tasks, solver)
 
     @property
     def size(self) -> int:
@@ -183,6 +199,10 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             if not delays.size:
                 break
             durations = graph.amount[delays]
+            solved = graph.kind[delays] == SOLVED
+            if solved.any():
+                durations = durations.copy()
+                durations[solved] = solve(delays[solved], now)
             instant = delays[durations <= 0.0]
             timed = delays[durations > 0.0]
             if timed.size:
@@ -194,6 +214,16 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             end[instant] = now
             ready = release(instant)
         network.flush()
+
+    def solve(tasks: np.ndarray, now: float) -> np.ndarray:
+        """Durations of solved tasks started now (never negative: a solver that finds one of
+        its tasks ending before it started says so itself)."""
+        out = np.zeros(tasks.size)
+        for first, count, solver in graph.solved:
+            mine = (tasks >= first) & (tasks < first + count)
+            if mine.any():
+                out[mine] = np.maximum(solver(now, end)[tasks[mine] - first] - now, 0.0)
+        return out
 
     def release(done: np.ndarray) -> np.ndarray:
         succ = _successors(graph, done)

@@ -31,16 +31,24 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
-def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capacity: np.ndarray) -> np.ndarray:
+def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capacity: np.ndarray,
+                  pair_weight: np.ndarray | None = None) -> np.ndarray:
     """Max-min fair rates by progressive filling.
 
-    pair_flow/pair_res list, for every flow, each resource on its route. Repeatedly find
-    the resource whose remaining capacity split among its unfrozen flows is smallest,
-    give that share to all of its unfrozen flows, freeze them, and go on."""
+    pair_flow/pair_res list, for every flow, each resource on its route; pair_weight (default
+    1) is what one unit of the flow's rate uses of that resource (a protocol that sends two
+    bytes per byte of data weighs 2 on every link it crosses). Repeatedly find the resource
+    whose remaining capacity split among the weights of its unfrozen flows is smallest, give
+    that rate to all of its unfrozen flows, freeze them, and go on."""
     rates = np.zeros(flows)
     if pair_flow.size == 0:
         return rates
+    weighted = pair_weight is not None and not bool((pair_weight == 1.0).all())
     used, local = np.unique(pair_res, return_inverse=True)
+    if used.size == pair_res.size:
+        # what a resource alone gives its flow: its capacity over the flow's weight on it
+        alone = capacity[pair_res] / pair_weight if weighted else capacity[pair_res]
+        return _unshared_rates(pair_flow, alone, flows)
     remaining = capacity[used].astype(float)
     frozen = np.zeros(flows, dtype=bool)
     # a flow with an empty route (src == dst) is never constrained
@@ -50,9 +58,12 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     frozen[~constrained] = True
     active_pairs = np.ones(pair_flow.size, dtype=bool)
     while active_pairs.any():
-        counts = np.bincount(local[active_pairs], minlength=used.size)
+        if weighted:
+            counts = np.bincount(local[active_pairs], weights=pair_weight[active_pairs], minlength=used.size)
+        else:
+            counts = np.bincount(local[active_pairs], minlength=used.size)
         with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(counts > 0, remaining / np.maximum(counts, 1), np.inf)
+            share = np.where(counts > 0, remaining / np.where(counts > 0, counts, 1), np.inf)
         level = share.min()
         tight = share <= level * (1 + 1e-12)
         hit = active_pairs & tight[local]
@@ -62,9 +73,28 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
         rates[newly] = level
         frozen |= newly
         newly_pairs = newly[pair_flow]
-        remaining -= level * np.bincount(local[newly_pairs], minlength=used.size)
+        if weighted:
+            remaining -= level * np.bincount(local[newly_pairs], weights=pair_weight[newly_pairs], minlength=used.size)
+        else:
+            remaining -= level * np.bincount(local[newly_pairs], minlength=used.size)
         np.maximum(remaining, 0.0, out=remaining)
         active_pairs &= ~newly_pairs
+    return rates
+
+
+def _unshared_rates(pair_flow: np.ndarray, pair_capacity: np.ndarray, flows: int) -> np.ndarray:
+    """max_min_rates when no resource carries two flows: the same levels, frozen with the
+    same tolerance, from each flow's slowest resource alone (`pair_capacity`: what each
+    resource gives, its capacity over the flow's weight on it)."""
+    slowest = np.full(flows, np.inf)  # a flow with an empty route is never constrained
+    np.minimum.at(slowest, pair_flow, pair_capacity)
+    rates = np.empty(flows)
+    left = np.ones(flows, dtype=bool)
+    while left.any():
+        level = slowest[left].min()
+        hit = left & (slowest <= level * (1 + 1e-12))
+        rates[hit] = level
+        left &= ~hit
     return rates
 
 
@@ -80,9 +110,12 @@ class FlowNetwork:
         self.on_complete: Callable[[np.ndarray, float], None] = lambda tags, now: None
         # routes, as a growing CSR table
         self._route_links: list[np.ndarray] = []
+        self._route_weights: list[np.ndarray | None] = []
         self._route_latency: list[float] = []
         self._route_ptr = np.zeros(1, dtype=np.int64)
         self._route_flat = np.zeros(0, dtype=np.int64)
+        self._route_wflat = np.zeros(0)
+        self._weighted_routes = False
         self._route_lat = np.zeros(0)
         self._csr_routes = 0
         # active flows
@@ -99,8 +132,17 @@ class FlowNetwork:
         self.rate_computations = 0
 
     # -- routes
-    def add_route(self, resources: np.ndarray, latency_s: float) -> int:
-        self._route_links.append(np.asarray(resources, dtype=np.int64))
+    def add_route(self, resources: np.ndarray, latency_s: float, weights: np.ndarray | None = None) -> int:
+        """A route over `resources`; `weights` (default 1 each) is what one unit of a flow's
+        rate uses of each of them."""
+        links = np.asarray(resources, dtype=np.int64)
+        if weights is not None:
+            weights = np.asarray(weights, dtype=float)
+            if weights.shape != links.shape or not bool((weights > 0).all()):
+                raise ValueError("route weights must be > 0, one per resource")
+            self._weighted_routes = True
+        self._route_links.append(links)
+        self._route_weights.append(weights)
         self._route_latency.append(float(latency_s))
         return len(self._route_links) - 1
 
@@ -110,6 +152,9 @@ class FlowNetwork:
         lengths = np.array([len(r) for r in self._route_links], dtype=np.int64)
         self._route_ptr = np.concatenate([[0], np.cumsum(lengths)])
         self._route_flat = np.concatenate(self._route_links) if self._route_links else np.zeros(0, np.int64)
+        if self._weighted_routes:
+            self._route_wflat = np.concatenate([np.ones(len(r)) if w is None else w
+                                                for r, w in zip(self._route_links, self._route_weights)])
         self._route_lat = np.array(self._route_latency)
         self._csr_routes = len(self._route_links)
 
@@ -122,6 +167,16 @@ class FlowNetwork:
         pair_flow = np.repeat(np.arange(routes.size), lengths)
         offsets = np.arange(pair_flow.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         return pair_flow, self._route_flat[np.repeat(starts, lengths) + offsets]
+
+    def route_pair_weights(self, routes: np.ndarray) -> np.ndarray | None:
+        """The weights of `route_pairs(routes)`, in the same order (None: all 1)."""
+        self._sync_routes()
+        if not self._weighted_routes:
+            return None
+        starts = self._route_ptr[routes]
+        lengths = self._route_ptr[routes + 1] - starts
+        offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return self._route_wflat[np.repeat(starts, lengths) + offsets]
 
     def route_latency(self, routes: np.ndarray) -> np.ndarray:
         self._sync_routes()
@@ -205,7 +260,8 @@ class FlowNetwork:
         sorted_rates = self._rate_cache.get(key)
         if sorted_rates is None:
             pair_flow, pair_res = self.route_pairs(sorted_routes)
-            sorted_rates = max_min_rates(pair_flow, pair_res, flows, self.capacity)
+            sorted_rates = max_min_rates(pair_flow, pair_res, flows, self.capacity,
+                                         self.route_pair_weights(sorted_routes))
             self.rate_computations += 1
             self._remember(key, sorted_rates)
         rates = np.empty(flows)
@@ -251,8 +307,11 @@ class FlowNetwork:
 
     def carried_per_resource(self, routes: np.ndarray, amounts: np.ndarray) -> np.ndarray:
         """Total work each resource carried (bytes on links, seconds on compute), given
-        every flow's route and amount."""
+        every flow's route and amount (times the route's weight on each resource)."""
         self._sync_routes()
         per_route = np.bincount(routes, weights=amounts, minlength=len(self._route_links))
         lengths = np.diff(self._route_ptr)
-        return np.bincount(self._route_flat, weights=np.repeat(per_route, lengths), minlength=self.capacity.size)
+        per_entry = np.repeat(per_route, lengths)
+        if self._weighted_routes:
+            per_entry = per_entry * self._route_wflat
+        return np.bincount(self._route_flat, weights=per_entry, minlength=self.capacity.size)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from gansim.core.units import HOUR
+from gansim.outputs import plot
+from gansim.outputs.plot import Figure
 from gansim.whatif.plan import pareto_front
 
 
@@ -14,8 +16,6 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
     """Plotly figures from a summary dict: cost vs time to train (Pareto front marked),
     goodput vs checkpoint interval, memory per run against the device's capacity, and dynamic
     vs fixed allocation. Only the figures the summary has data for."""
-    import plotly.graph_objects as go
-
     figures: list[Any] = []
     runs = summary.get("runs", []) or []
     plan_result = summary.get("plan")
@@ -35,46 +35,48 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
             flags = pareto_front([(p[1], p[2]) for p in points])
             points = [(p[0], p[1], p[2], f, False) for p, f in zip(points, flags)]
     if points:
-        fig = go.Figure()
-        fig.add_trace(go.Scatter(x=[p[1] for p in points], y=[p[2] for p in points], mode="markers+text",
+        fig = Figure()
+        fig.add_trace(plot.scatter(x=[p[1] for p in points], y=[p[2] for p in points], mode="markers+text",
                                  text=[p[0] for p in points], textposition="top center", name="configurations",
                                  marker={"size": 9, "color": ["#d62728" if p[4] else "#1f77b4" for p in points]}))
         front = sorted((p for p in points if p[3]), key=lambda p: p[1])
         if front:
-            fig.add_trace(go.Scatter(x=[p[1] for p in front], y=[p[2] for p in front], mode="lines",
+            fig.add_trace(plot.scatter(x=[p[1] for p in front], y=[p[2] for p in front], mode="lines",
                                      name="Pareto front", line={"dash": "dash", "color": "#2ca02c"}))
         deadline = (plan_result or {}).get("deadline_hours")
         if deadline:  # a trace, not a shape: shapes on a log axis take log10 coordinates
             costs = [p[2] for p in points]
-            fig.add_trace(go.Scatter(x=[deadline, deadline], y=[0, max(costs) * 1.1], mode="lines",
+            fig.add_trace(plot.scatter(x=[deadline, deadline], y=[0, max(costs) * 1.1], mode="lines",
                                      name=f"deadline {deadline:g} h", line={"dash": "dot", "color": "gray"}))
-        fig.update_layout(title="Cost vs time to train (chosen in red)", xaxis_title="time to train (hours)",
-                          yaxis_title="cost (USD)", xaxis_type="log")
+        fig.update_layout(title="Cost vs time to train (chosen in red)", xaxis={"title": "time to train (hours)",
+                                                                                     "type": "log"},
+                          yaxis={"title": "cost (USD)"})
         figures.append(fig)
 
     # goodput vs checkpoint interval
     curves = [r for r in runs if r.get("goodput_curve")]
     if curves:
-        fig = go.Figure()
+        fig = Figure()
         for r in curves:
             label = f"{r.get('gpus')} GPUs {r.get('algorithm', '')}".strip()
             curve = r["goodput_curve"]
-            fig.add_trace(go.Scatter(x=[c["every_steps"] for c in curve], y=[c["expected_goodput"] for c in curve],
+            fig.add_trace(plot.scatter(x=[c["every_steps"] for c in curve], y=[c["expected_goodput"] for c in curve],
                                      mode="lines", name=f"{label}: expected (Daly)"))
-            fig.add_trace(go.Scatter(x=[r["checkpoint_every_steps"]], y=[r["goodput"]], mode="markers",
+            fig.add_trace(plot.scatter(x=[r["checkpoint_every_steps"]], y=[r["goodput"]], mode="markers",
                                      name=f"{label}: simulated, chosen interval", marker={"size": 10}))
             if r.get("young_daly_interval_steps"):
                 yd = r["young_daly_interval_steps"]
-                fig.add_trace(go.Scatter(x=[yd, yd], y=[0, 1], mode="lines", line={"dash": "dot"},
+                fig.add_trace(plot.scatter(x=[yd, yd], y=[0, 1], mode="lines", line={"dash": "dot"},
                                          name=f"{label}: Young/Daly optimum ({yd:.0f} steps)"))
-        fig.update_layout(title="Goodput vs checkpoint interval", xaxis_title="checkpoint every N steps",
-                          yaxis_title="goodput (useful step time / wall time)", xaxis_type="log")
+        fig.update_layout(title="Goodput vs checkpoint interval", xaxis={"title": "checkpoint every N steps",
+                                                                             "type": "log"},
+                          yaxis={"title": "goodput (useful step time / wall time)"})
         figures.append(fig)
 
     # memory per run against capacity
     mem_runs = [r for r in runs if r.get("memory_peak_GB") is not None]
     if mem_runs:
-        fig = go.Figure()
+        fig = Figure()
         labels = [f"{r.get('gpus')} GPUs {r.get('algorithm', '')}" + (
             " " + " ".join(f"{k}={v}" for k, v in r.get("sweep", {}).items()) if r.get("sweep") else "")
             for r in mem_runs]
@@ -84,24 +86,24 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
                 if k not in part_names:
                     part_names.append(k)
         for part in part_names:
-            fig.add_trace(go.Bar(x=labels, y=[(r.get("memory_parts") or {}).get(part, 0.0) for r in mem_runs], name=part))
+            fig.add_trace(plot.bar(x=labels, y=[(r.get("memory_parts") or {}).get(part, 0.0) for r in mem_runs], name=part))
         caps = [r.get("memory_capacity_GB") for r in mem_runs]
         if any(c is not None for c in caps):
-            fig.add_trace(go.Scatter(x=labels, y=caps, mode="markers", name="device capacity",
+            fig.add_trace(plot.scatter(x=labels, y=caps, mode="markers", name="device capacity",
                                      marker={"symbol": "line-ew-open", "size": 30, "color": "black"}))
         fig.update_layout(barmode="stack", title="Peak memory per rank vs the device's capacity",
-                          yaxis_title="GB")
+                          yaxis={"title": "GB"})
         figures.append(fig)
 
     # dynamic vs fixed allocation
     elastic = summary.get("elastic")
     if elastic:
-        fig = go.Figure()
+        fig = Figure()
         for key in ("fixed", "elastic"):
             traj = elastic[key]["trajectory"]
-            fig.add_trace(go.Scatter(x=[t["start_s"] / HOUR for t in traj], y=[t["gpus"] for t in traj],
-                                     mode="lines+markers", line_shape="hv", name=f"{key} allocation"))
+            fig.add_trace(plot.scatter(x=[t["start_s"] / HOUR for t in traj], y=[t["gpus"] for t in traj],
+                                     mode="lines+markers", line={"shape": "hv"}, name=f"{key} allocation"))
         fig.update_layout(title=(f"GPUs per epoch: fixed {elastic['fixed']['hours']:.2f} h vs dynamic "
-                                 f"{elastic['elastic']['hours']:.2f} h"), xaxis_title="hours", yaxis_title="GPUs")
+                                 f"{elastic['elastic']['hours']:.2f} h"), xaxis={"title": "hours"}, yaxis={"title": "GPUs"})
         figures.append(fig)
     return figures

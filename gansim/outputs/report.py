@@ -4,9 +4,11 @@ what a scenario predicts and why:
 * speed-up vs GPU count per algorithm (and per sweep combination), the ideal line, and
   the scenario's reference (measured) points;
 * the time of a step split into compute, exposed communication, data and idle, per run;
-* every link's utilisation per run (a heatmap per topology), each run's bottleneck marked;
+* every link's utilisation per run (a heatmap per topology; on topologies of many links,
+  links grouped in tiers, the busiest of each named), each run's bottleneck marked;
 * a per-rank timeline (Gantt) of the first simulated steps of the featured runs;
-* a drawing of each topology, link kinds and bandwidths, bottleneck links in red.
+* a drawing of each topology, link kinds and bandwidths, bottleneck links in red (machines
+  collapsed to one marker each on clusters of many GPUs).
 
 The same page builder (`html_page`) serves `gansim topology show --out` and can serve
 `gansim validate` (`validation_page`). If any script on a page fails, the page says so in
@@ -17,12 +19,15 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Sequence
 
+import numpy as np
+
 from gansim.core.version import __version__
-from gansim.outputs.drawing import topology_figure
+from gansim.outputs import plot
+from gansim.outputs.drawing import topology_figures
 from gansim.outputs.figures import figures_for
+from gansim.outputs.plot import Figure, plotly_js
 from gansim.topology.graph import Topology
 
 CATEGORY_COLOURS = {"compute": "#2ca02c", "communication": "#d62728", "data": "#1f77b4", "idle": "#c7c7c7",
@@ -30,7 +35,7 @@ CATEGORY_COLOURS = {"compute": "#2ca02c", "communication": "#d62728", "data": "#
 ALGORITHM_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                      "#bcbd22", "#17becf"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
-HEATMAP_ALL_LINKS_MAX = 128  # above this, links nothing crossed are left out of the heatmap
+HEATMAP_ALL_LINKS_MAX = 128  # above this, links are grouped into tiers (see link_tiers)
 TABLE_MAX_ROWS = 60
 
 # Runs before plotly: any uncaught error or rejected promise on the page (plotly's included)
@@ -99,13 +104,6 @@ class Section:
     anchor: str = ""
 
 
-@lru_cache(maxsize=1)
-def plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
 def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") -> str:
     """A complete, self-contained HTML page. Figures get stable div ids, so the same
     input gives the same bytes."""
@@ -122,15 +120,14 @@ def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") ->
     anchors = [(s.anchor or f"section-{i}", s.title) for i, s in enumerate(sections)]
     if len(sections) > 2:
         parts.append("<nav>" + "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in anchors) + "</nav>")
-    plot = 0
+    plot_index = 0
     for (anchor, _), section in zip(anchors, sections):
         parts.append(f'<section id="{anchor}"><h2>{html.escape(section.title)}</h2>')
         if section.html:
             parts.append(section.html)
         for fig in section.figures:
-            parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{plot}",
-                                     config={"displaylogo": False, "responsive": True}))
-            plot += 1
+            parts.append(fig.to_html(f"plot-{plot_index}", {"displaylogo": False, "responsive": True}))
+            plot_index += 1
         if section.caption:
             parts.append(f'<p class="caption">{section.caption}</p>')
         parts.append("</section>")
@@ -157,15 +154,13 @@ def _algorithms(runs: list[dict[str, Any]]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
-def speedup_figure(summary: dict[str, Any]) -> Any:
-    import plotly.graph_objects as go
-
+def speedup_figure(summary: dict[str, Any]) -> Figure:
     runs = summary["runs"]
     algorithms, combos = _algorithms(runs), _combos(runs)
-    fig = go.Figure()
+    fig = Figure()
     gpus = sorted({r["gpus"] for r in runs})
-    fig.add_trace(go.Scatter(x=gpus, y=gpus, mode="lines", name="ideal (linear)",
-                             line={"dash": "dot", "color": "#888"}))
+    fig.add_trace(plot.scatter(x=gpus, y=gpus, mode="lines", name="ideal (linear)",
+                               line={"dash": "dot", "color": "#888"}))
     for ci, combo in enumerate(combos):
         for ai, algorithm in enumerate(algorithms):
             sel = sorted((r for r in runs if r["algorithm"] == algorithm and combo_label(r) == combo
@@ -173,7 +168,7 @@ def speedup_figure(summary: dict[str, Any]) -> Any:
             if not sel:
                 continue
             name = algorithm + (f" [{combo}]" if combo else "")
-            fig.add_trace(go.Scatter(
+            fig.add_trace(plot.scatter(
                 x=[r["gpus"] for r in sel], y=[r["speedup"] for r in sel], mode="lines+markers", name=name,
                 legendgroup=combo or algorithm,
                 line={"color": ALGORITHM_COLOURS[ai % len(ALGORITHM_COLOURS)], "dash": DASHES[ci % len(DASHES)]},
@@ -185,70 +180,76 @@ def speedup_figure(summary: dict[str, Any]) -> Any:
     ref = {int(k): float(v) for k, v in (reference.get("speedup") or {}).items()}
     if ref:
         xs = sorted(ref)
-        fig.add_trace(go.Scatter(x=xs, y=[ref[x] for x in xs], mode="markers",
-                                 name=f"reference: {reference.get('source') or 'measured'}",
-                                 marker={"symbol": "star", "size": 15, "color": "black"},
-                                 hovertext=[f"reference, {x} GPUs: speed-up {ref[x]:g}" for x in xs],
-                                 hoverinfo="text"))
+        fig.add_trace(plot.scatter(x=xs, y=[ref[x] for x in xs], mode="markers",
+                                   name=f"reference: {reference.get('source') or 'measured'}",
+                                   marker={"symbol": "star", "size": 15, "color": "black"},
+                                   hovertext=[f"reference, {x} GPUs: speed-up {ref[x]:g}" for x in xs],
+                                   hoverinfo="text"))
     scaling = {r["scaling"] for r in runs}
     ylabel = "speed-up (weak scaling: N x T1 / TN)" if scaling == {"weak"} else (
         "speed-up (strong scaling: T1 / TN)" if scaling == {"strong"} else "speed-up")
-    fig.update_layout(title="Speed-up vs GPU count", xaxis_title="GPUs", yaxis_title=ylabel,
-                      template="plotly_white", height=520, hovermode="closest")
-    fig.update_xaxes(tickvals=gpus if len(gpus) <= 20 else None)
+    fig.update_layout(title="Speed-up vs GPU count", xaxis={"title": "GPUs", "tickvals": gpus if len(gpus) <= 20
+                                                            else None},
+                      yaxis={"title": ylabel}, height=520, hovermode="closest")
     return fig
 
 
-def breakdown_figure(summary: dict[str, Any]) -> Any:
-    import plotly.graph_objects as go
-
+def breakdown_figure(summary: dict[str, Any]) -> Figure:
     runs = summary["runs"]
     swept = any(r.get("sweep") for r in runs)
     short = [f"{r['gpus']} x {r['algorithm']}" for r in runs]
     # a sweep groups its bars by combination (a second row of axis labels)
     x: Any = [[", ".join(str(v) for v in r.get("sweep", {}).values()) for r in runs], short] if swept else short
     hover = [run_label(r) for r in runs]
-    fig = go.Figure()
+    fig = Figure()
     for key, name in (("compute_s", "compute"), ("communication_s", "communication"), ("data_s", "data"),
                       ("idle_s", "idle")):
-        fig.add_trace(go.Bar(x=x, y=[r["breakdown"][key] * 1e3 for r in runs], name=name,
-                             marker_color=CATEGORY_COLOURS[name], hovertext=hover,
-                             hovertemplate="%{hovertext}<br>" + name + ": %{y:.4f} ms<extra></extra>"))
+        fig.add_trace(plot.bar(x=x, y=[r["breakdown"][key] * 1e3 for r in runs], name=name,
+                               marker={"color": CATEGORY_COLOURS[name]}, hovertext=hover,
+                               hovertemplate="%{hovertext}<br>" + name + ": %{y:.4f} ms<extra></extra>"))
     fig.update_layout(barmode="stack", title="Where a step's time goes (per rank, averaged over ranks)",
-                      yaxis_title="ms per step", template="plotly_white", height=560 if swept else 520,
+                      yaxis={"title": "ms per step"}, height=560 if swept else 520,
                       xaxis={"tickangle": -90 if swept else -45, "automargin": True,
                              "type": "multicategory" if swept else "category"})
     return fig
 
 
+def link_tiers(topo: Topology) -> tuple[list[str], np.ndarray]:
+    """Directed links grouped by what they join: (tier names, tier of each link), a tier
+    being the kinds of the two ends and the link's kind ("gpu->nic (pcie)")."""
+    kinds = {node: spec.kind for node, spec in topo.nodes.items()}
+    names: dict[str, int] = {}
+    tier = np.empty(topo.num_links, dtype=np.int64)
+    for j, (link, kind) in enumerate(zip(topo.link_names, topo.link_kinds)):
+        u, v = link.split("->", 1)
+        tier[j] = names.setdefault(f"{kinds[u]}->{kinds[v]} ({kind})", len(names))
+    return list(names), tier
+
+
 def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
-                        topologies: dict[str, Topology]) -> list[Any]:
+                        topologies: dict[str, Topology]) -> list[Figure]:
     """One heatmap per topology: runs x directed links, colour = average utilisation over
     the run; an x marks each run's bottleneck link (a ring: its busiest link, when the
-    bottleneck is a compute resource)."""
-    import plotly.graph_objects as go
-
+    bottleneck is a compute resource). Topologies of more than HEATMAP_ALL_LINKS_MAX links
+    get runs x tiers of links instead (link_tiers): the busiest link of the tier, named."""
     runs = summary["runs"]
     figures = []
     for name, topo in topologies.items():
         rows = [i for i, r in enumerate(runs) if r["topology"] == name and "link_utilization" in details[i]]
         if not rows:
             continue
-        z_all = [details[i]["link_utilization"] for i in rows]
-        links = list(range(topo.num_links))
-        dropped = 0
         if topo.num_links > HEATMAP_ALL_LINKS_MAX:
-            links = [j for j in links if any(z[j] > 0 for z in z_all)]
-            dropped = topo.num_links - len(links)
-        names = [topo.link_names[j] for j in links]
+            figures.append(_tier_figure(name, topo, [runs[i] for i in rows], [details[i] for i in rows]))
+            continue
+        z = [details[i]["link_utilization"] for i in rows]
+        names = list(topo.link_names)
         y = [run_label(runs[i]) for i in rows]
-        z = [[z[j] for j in links] for z in z_all]
-        hover = [[f"{y[a]}<br>{names[b]} ({topo.link_kinds[links[b]]}, "
-                  f"{topo.capacity_Bps[links[b]] / 1e9:g} GB/s): {z[a][b]:.1%}" for b in range(len(links))]
+        hover = [[f"{y[a]}<br>{names[b]} ({topo.link_kinds[b]}, "
+                  f"{topo.capacity_Bps[b] / 1e9:g} GB/s): {z[a][b]:.1%}" for b in range(len(names))]
                  for a in range(len(rows))]
-        fig = go.Figure(go.Heatmap(z=z, x=names, y=y, colorscale="YlOrRd", zmin=0, zmax=1,
-                                   colorbar={"title": "utilisation", "tickformat": ".0%"},
-                                   hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
+        fig = Figure(plot.heatmap(z=z, x=names, y=y, colorscale=plot.YL_OR_RD, zmin=0, zmax=1,
+                                  colorbar={"title": "utilisation", "tickformat": ".0%"},
+                                  hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
         mark_x, mark_y, mark_text, ring_x, ring_y, ring_text = [], [], [], [], [], []
         for a, i in enumerate(rows):
             run = runs[i]
@@ -265,16 +266,15 @@ def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
                     ring_text.append(f"{y[a]}: bottleneck {b['resource']} ({b['kind']}, {b['utilization']:.0%}); "
                                      f"busiest link {link['resource']} ({link['utilization']:.0%})")
         if mark_x:
-            fig.add_trace(go.Scatter(x=mark_x, y=mark_y, mode="markers", name="bottleneck (a link)",
-                                     marker={"symbol": "x", "size": 10, "color": "black"}, hovertext=mark_text,
-                                     hoverinfo="text"))
+            fig.add_trace(plot.scatter(x=mark_x, y=mark_y, mode="markers", name="bottleneck (a link)",
+                                       marker={"symbol": "x", "size": 10, "color": "black"}, hovertext=mark_text,
+                                       hoverinfo="text"))
         if ring_x:
-            fig.add_trace(go.Scatter(x=ring_x, y=ring_y, mode="markers",
-                                     name="busiest link (bottleneck is compute)",
-                                     marker={"symbol": "circle-open", "size": 10, "color": "black"},
-                                     hovertext=ring_text, hoverinfo="text"))
-        note = f" ({dropped} links nothing crossed are left out)" if dropped else ""
-        fig.update_layout(title=f"Link utilisation on {name}, per run{note}", template="plotly_white",
+            fig.add_trace(plot.scatter(x=ring_x, y=ring_y, mode="markers",
+                                       name="busiest link (bottleneck is compute)",
+                                       marker={"symbol": "circle-open", "size": 10, "color": "black"},
+                                       hovertext=ring_text, hoverinfo="text"))
+        fig.update_layout(title=f"Link utilisation on {name}, per run",
                           height=min(2400, max(360, 160 + 18 * len(rows))),
                           xaxis={"tickangle": -60, "automargin": True, "type": "category"},
                           yaxis={"automargin": True, "type": "category", "autorange": "reversed"},
@@ -283,15 +283,46 @@ def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
     return figures
 
 
-def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int]) -> Any | None:
-    """Per-rank timeline of the first steps; a menu switches between the featured runs."""
-    import plotly.graph_objects as go
+def _tier_figure(name: str, topo: Topology, runs: list[dict[str, Any]], details: list[dict[str, Any]]) -> Figure:
+    """Runs x tiers of links: colour the busiest link of the tier, hover its name, the
+    tier's mean and how many of its links carried anything."""
+    tiers, tier = link_tiers(topo)
+    size = np.bincount(tier, minlength=len(tiers))
+    y = [run_label(r) for r in runs]
+    z, text, hover = [], [], []
+    for label, detail in zip(y, details):
+        util = np.asarray(detail["link_utilization"], dtype=float)
+        peak = np.zeros(len(tiers))
+        np.maximum.at(peak, tier, util)
+        mean = np.bincount(tier, weights=util, minlength=len(tiers)) / np.maximum(size, 1)
+        used = np.bincount(tier, weights=util > 0, minlength=len(tiers))
+        # the busiest link of each tier: the first, in link order, at the tier's peak
+        order = np.lexsort((np.arange(util.size), -util, tier))
+        first = order[np.searchsorted(tier[order], np.arange(len(tiers)))]
+        z.append(peak.tolist())
+        text.append([topo.link_names[j] if peak[t] > 0 else "" for t, j in enumerate(first)])
+        hover.append([f"{label}<br>{tiers[t]}: {size[t]} links, {int(used[t])} used<br>busiest "
+                      f"{topo.link_names[j]} ({topo.capacity_Bps[j] / 1e9:g} GB/s): {peak[t]:.1%}, "
+                      f"mean {mean[t]:.1%}" for t, j in enumerate(first)])
+    fig = Figure(plot.heatmap(z=z, x=tiers, y=y, colorscale=plot.YL_OR_RD, zmin=0, zmax=1, text=text,
+                              texttemplate="%{text}", textfont={"size": 9},
+                              colorbar={"title": "busiest link", "tickformat": ".0%"},
+                              hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
+    fig.update_layout(title=f"Link utilisation on {name}, per run: {topo.num_links} directed links in "
+                            f"{len(tiers)} tiers, the busiest of each named",
+                      height=min(2400, max(360, 180 + 24 * len(runs))),
+                      xaxis={"tickangle": -30, "automargin": True, "type": "category"},
+                      yaxis={"automargin": True, "type": "category", "autorange": "reversed"})
+    return fig
 
+
+def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int]) -> Figure | None:
+    """Per-rank timeline of the first steps; a menu switches between the featured runs."""
     runs = summary["runs"]
     shown = [i for i in featured if "gantt" in details[i]]
     if not shown:
         return None
-    fig = go.Figure()
+    fig = Figure()
     categories = ("compute", "data", "host overhead", "all-reduce")
     owners: list[int] = []
     titles = []
@@ -300,7 +331,7 @@ def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], feature
         labels = [f"rank {r} ({g['rank_nodes'][r]})" for r in range(g["ranks_shown"])]
         for category in categories:
             bars = [b for b in g["bars"] if b[1] == category]
-            fig.add_trace(go.Bar(
+            fig.add_trace(plot.bar(
                 orientation="h", base=[b[2] * 1e3 for b in bars], x=[(b[3] - b[2]) * 1e3 for b in bars],
                 y=[labels[b[0]] for b in bars], name=category, legendgroup=category, showlegend=True,
                 marker={"color": CATEGORY_COLOURS[category], "line": {"width": 0.5, "color": "white"}},
@@ -312,10 +343,10 @@ def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], feature
         cut = ", bars cut" if g.get("truncated") else ""
         titles.append(f"First {g['steps_shown']} step(s) of {run_label(runs[i])}{more}{cut}")
     buttons = [{"label": run_label(runs[i]), "method": "update",
-                "args": [{"visible": [o == n for o in owners]}, {"title": titles[n]}]}
+                "args": [{"visible": [o == n for o in owners]}, {"title": {"text": titles[n]}}]}
                for n, i in enumerate(shown)]
     fig.update_layout(
-        title=titles[0], barmode="overlay", template="plotly_white", xaxis_title="ms since the start",
+        title=titles[0], barmode="overlay", xaxis={"title": "ms since the start"},
         yaxis={"autorange": "reversed", "type": "category", "automargin": True},
         height=min(1400, max(360, 140 + 26 * max(details[i]["gantt"]["ranks_shown"] for i in shown))),
         updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.15,
@@ -334,7 +365,7 @@ def bottleneck_links(summary: dict[str, Any], topo: Topology) -> dict[tuple[str,
         if "->" not in name:
             continue
         u, v = name.split("->", 1)
-        key = (u, v) if topo.graph.has_edge(u, v) else (v, u)
+        key = (u, v) if topo.has_link(u, v) else (v, u)
         notes.setdefault(tuple(sorted(key)), []).append(
             f"{run_label(run)} ({name}, {run['bottleneck']['utilization']:.0%})")
     return {k: "bottleneck of " + "; ".join(v[:6]) + (f" and {len(v) - 6} more" if len(v) > 6 else "")
@@ -418,11 +449,13 @@ def scenario_report(summary: dict[str, Any], details: list[dict[str, Any]], feat
             "collective to the moment it holds the sum) during the first simulated steps. The menu switches "
             "between the featured runs (per algorithm, its largest GPU count). Every transfer is in the runs' "
             "Chrome traces (traces/*.json: open them in ui.perfetto.dev).")))
-    drawings = [topology_figure(topo, highlight=bottleneck_links(summary, topo)) for topo in topologies.values()]
+    drawings = [fig for topo in topologies.values()
+                for fig in topology_figures(topo, highlight=bottleneck_links(summary, topo))]
     if drawings:
         sections.append(Section("Topology", drawings, anchor="topology", caption=(
             "Colour: link kind; width: bandwidth (log scale); labels: bandwidth per direction (every link is "
-            "full duplex). Red: links that are some run's bottleneck. Hover for figures.")))
+            "full duplex). Red: links that are some run's bottleneck. Hover for figures. A cluster of many "
+            "machines is drawn one marker per machine, with its first machine drawn in full beside it.")))
     whatif = figures_for(summary)
     if whatif:
         sections.append(Section("What-ifs: memory, cost, checkpoints, allocation", whatif, anchor="whatif", caption=(
@@ -442,7 +475,7 @@ def scenario_report(summary: dict[str, Any], details: list[dict[str, Any]], feat
 def topology_page(topo: Topology, info: dict[str, Any], summary_text: str) -> str:
     """topology.html for `gansim topology show --out`."""
     return html_page(f"gansim topology: {topo.name}", [
-        Section("Drawing", [topology_figure(topo)], anchor="drawing", caption=(
+        Section("Drawing", topology_figures(topo), anchor="drawing", caption=(
             "Colour: link kind; width: bandwidth (log scale); labels: bandwidth per direction (every link is "
             "full duplex). Hover over a node or a link's midpoint for its figures.")),
         Section("Summary", html=f"<pre>{html.escape(summary_text)}</pre>", anchor="summary"),
@@ -453,12 +486,9 @@ def validation_page(title: str, sizes: Sequence[int], series: dict[str, Sequence
                     subtitle: str = "", ylabel: str = "speed-up (weak scaling: N T1 / TN)") -> str:
     """A speed-up comparison page (what `gansim validate` draws: measured vs predicted),
     with the ideal line; gansim/outputs/validation.py can call this instead of building its own."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=list(sizes), y=list(sizes), mode="lines", name="ideal",
-                             line={"dash": "dot", "color": "grey"}))
+    fig = Figure(plot.scatter(x=list(sizes), y=list(sizes), mode="lines", name="ideal",
+                              line={"dash": "dot", "color": "grey"}))
     for name, values in series.items():
-        fig.add_trace(go.Scatter(x=list(sizes), y=list(values), mode="lines+markers", name=name))
-    fig.update_layout(title=title, xaxis_title="ranks", yaxis_title=ylabel, template="plotly_white", height=520)
+        fig.add_trace(plot.scatter(x=list(sizes), y=list(values), mode="lines+markers", name=name))
+    fig.update_layout(title=title, xaxis={"title": "ranks"}, yaxis={"title": ylabel}, height=520)
     return html_page(title, [Section("Speed-up", [fig], anchor="speedup")], subtitle=subtitle)

@@ -59,7 +59,12 @@ class Interval:
     start: np.ndarray  # seconds
     end: np.ndarray
     name: np.ndarray  # index into a names list
-    task: np.ndarray  # task id, or -1
+    route: np.ndarray  # sends: the transfer's route id; -1 otherwise
+    amount: np.ndarray  # sends: bytes; compute: seconds of work; NaN otherwise
+    step: np.ndarray  # sends: the collective's step; -1 otherwise
+
+    def select(self, keep: np.ndarray) -> "Interval":
+        return Interval(*(getattr(self, f)[keep] for f in self.__dataclass_fields__))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -124,59 +129,133 @@ def window_end(timeline: RunTimeline, steps: int = TRACE_STEPS) -> float:
     return float(ex.end[valid].max()) if valid.size else float(ex.makespan)
 
 
+def kept_until(timeline: RunTimeline) -> float:
+    """Until when every transfer is known: collectives played without the flow network
+    keep only their first transfers (gansim/collectives/uncontended.py)."""
+    until = np.inf
+    ex = timeline.execution
+    for span in timeline.spans:
+        if span.play is None:
+            continue
+        if span.play.recorded is not None:
+            until = min(until, span.play.recorded.until)
+        else:  # none kept: nothing after the first rank joined is known
+            until = min(until, float(np.where(span.entry >= 0, ex.end[np.maximum(span.entry, 0)], 0.0).min()))
+    return until
+
+
 # ----------------------------------------------------------------------------- intervals
-def rank_intervals(timeline: RunTimeline, until: float) -> tuple[Interval, list[str]]:
+_IV_FIELDS = 8
+
+
+def _part(owner, track, start, end, name, route=None, amount=None, step=None) -> tuple[np.ndarray, ...]:
+    n = np.asarray(owner).size
+    return (np.asarray(owner, np.int64), np.broadcast_to(np.asarray(track, np.int64), (n,)), np.asarray(start, float),
+            np.asarray(end, float), np.broadcast_to(np.asarray(name, np.int64), (n,)),
+            np.full(n, -1, np.int64) if route is None else np.asarray(route, np.int64),
+            np.full(n, np.nan) if amount is None else np.asarray(amount, float),
+            np.full(n, -1, np.int64) if step is None else np.asarray(step, np.int64))
+
+
+def _step_names(names: Labels, label: str, steps: np.ndarray) -> np.ndarray:
+    distinct, inverse = np.unique(steps, return_inverse=True)
+    ids = np.array([names.id(f"{label}: step {int(k)}") for k in distinct], dtype=np.int64)
+    return ids[inverse]
+
+
+def rank_intervals(timeline: RunTimeline, until: float, *, ranks: int | None = None,
+                   tracks: int = len(RANK_TRACKS)) -> tuple[Interval, list[str]]:
     """Every rank's activities that start before `until`, as intervals on rank tracks,
-    and the names the intervals index."""
+    and the names the intervals index; only for the first `ranks` ranks and the first
+    `tracks` tracks when given (the Gantt needs four tracks of a few ranks)."""
     g, ex = timeline.graph, timeline.execution
+    shown = timeline.cluster.ranks if ranks is None else min(ranks, timeline.cluster.ranks)
     names = Labels(g.labels)  # the graph's labels, plus the event names made here
     parts: list[tuple[np.ndarray, ...]] = []
-    early = (ex.start < until) & (ex.end > ex.start)
+    early = np.flatnonzero(ex.start < until)
+    early = early[(ex.end[early] > ex.start[early]) & (g.rank[early] < shown)]
     track_of = {COMPUTE: 0, DATA: 1, OVERHEAD: 2}
     for category, track in track_of.items():
-        sel = np.flatnonzero(early & (g.category == category) & (g.rank >= 0))
-        parts.append((g.rank[sel], np.full(sel.size, track), ex.start[sel], ex.end[sel], g.label[sel], sel))
+        if track >= tracks:
+            continue
+        sel = early[(g.category[early] == category) & (g.rank[early] >= 0)]
+        parts.append(_part(g.rank[sel], track, ex.start[sel], ex.end[sel], g.label[sel],
+                           amount=g.amount[sel] if category == COMPUTE else None))
     # a host overhead or a closed-form collective is one task for all ranks (rank -1)
-    shared_overhead = np.flatnonzero(early & (g.category == OVERHEAD) & (g.rank < 0))
-    ranks = timeline.cluster.ranks
-    if shared_overhead.size:
-        r = np.tile(np.arange(ranks), shared_overhead.size)
-        t = np.repeat(shared_overhead, ranks)
-        parts.append((r, np.full(r.size, 2), ex.start[t], ex.end[t], g.label[t], t))
-    # the collective as each rank sees it: from its entry to its exit
+    shared_overhead = early[(g.category[early] == OVERHEAD) & (g.rank[early] < 0)]
+    if shared_overhead.size and tracks > 2:
+        r = np.tile(np.arange(shown), shared_overhead.size)
+        t = np.repeat(shared_overhead, shown)
+        parts.append(_part(r, 2, ex.start[t], ex.end[t], g.label[t]))
     for span in timeline.spans:
-        entry_end = np.where(span.entry >= 0, ex.end[np.maximum(span.entry, 0)], 0.0)
-        exit_end = ex.end[span.exit]
-        sel = (entry_end < until) & (exit_end > entry_end)
-        label = names.id(span.label)
-        r = np.flatnonzero(sel)
-        parts.append((r, np.full(r.size, 3), entry_end[sel], exit_end[sel], np.full(r.size, label), span.exit[sel]))
-        # its steps: from the end of the rank's previous step (or its entry) to its step done
+        entry_end = np.where(span.entry >= 0, ex.end[np.maximum(span.entry, 0)], 0.0)[:shown]
+        exit_end = ex.end[span.exit[:shown]]
+        if tracks > 3:  # the collective as each rank sees it: from its entry to its exit
+            sel = np.flatnonzero((entry_end < until) & (exit_end > entry_end))
+            parts.append(_part(sel, 3, entry_end[sel], exit_end[sel], names.id(span.label)))
+        if tracks > 4:
+            parts += _step_parts(timeline, span, entry_end, until, shown, names)
+        if tracks > 5:
+            parts += _send_parts(timeline, span, until, shown, names)
+    cols = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0) for i in range(_IV_FIELDS)]
+    return Interval(cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2].astype(float),
+                    cols[3].astype(float), cols[4].astype(np.int64), cols[5].astype(np.int64),
+                    cols[6].astype(float), cols[7].astype(np.int64)), names.list
+
+
+def _step_parts(timeline: RunTimeline, span, entry_end: np.ndarray, until: float, shown: int,
+                names: Labels) -> list[tuple[np.ndarray, ...]]:
+    """A collective's steps on each rank: from the end of the rank's previous step (or its
+    entry) to the end of this one."""
+    g, ex = timeline.graph, timeline.execution
+    if span.play is not None:
+        rec = span.play.recorded
+        if rec is None:
+            return []
+        mine = rec.done_participant < shown
+        rank, step, end = rec.done_participant[mine], rec.done_step[mine], rec.done_end[mine]
+        order = np.lexsort((step, rank))
+        rank, step, end = rank[order], step[order], end[order]
+    else:
         lo, hi = span.transfers
         ids = np.arange(lo, hi)
         step_done = names.id(f"{span.label}: step done")
-        done = ids[(g.kind[ids] == DELAY) & (g.label[ids] == step_done) & (g.rank[ids] >= 0)]
-        if done.size:
-            order = np.lexsort((done, g.rank[done]))
-            done = done[order]
-            rank = g.rank[done]
-            step = g.detail[done]
-            first = np.ones(done.size, dtype=bool)
-            # a rank's first step of each chunk starts at its entry (chunks restart at step 0)
-            first[1:] = (rank[1:] != rank[:-1]) | (step[1:] <= step[:-1])
-            prev_end = np.empty(done.size)
-            prev_end[1:] = ex.end[done[:-1]]
-            prev_end[first] = entry_end[rank[first]]
-            end = ex.end[done]
-            keep = (prev_end < until) & (end > prev_end)
-            step_names = np.array([names.id(f"{span.label}: step {int(k)}") for k in step[keep]], dtype=np.int64)
-            parts.append((rank[keep], np.full(int(keep.sum()), 4), prev_end[keep], end[keep], step_names, done[keep]))
-    # transfers, on the sending rank's "send" track (the receiver for a non-rank sender)
-    sel = np.flatnonzero(early & (g.kind == FLOW) & (g.category == COMMUNICATION) & (g.rank >= 0))
-    parts.append((g.rank[sel], np.full(sel.size, 5), ex.start[sel], ex.end[sel], g.label[sel], sel))
-    cols = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0) for i in range(6)]
-    return Interval(cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2].astype(float),
-                    cols[3].astype(float), cols[4].astype(np.int64), cols[5].astype(np.int64)), names.list
+        done = ids[(g.kind[ids] == DELAY) & (g.label[ids] == step_done) & (g.rank[ids] >= 0) & (g.rank[ids] < shown)]
+        order = np.lexsort((done, g.rank[done]))
+        done = done[order]
+        rank, step, end = g.rank[done], g.detail[done], ex.end[done]
+    if not rank.size:
+        return []
+    first = np.ones(rank.size, dtype=bool)
+    # a rank's first step of each chunk starts at its entry (chunks restart at step 0)
+    first[1:] = (rank[1:] != rank[:-1]) | (step[1:] <= step[:-1])
+    prev_end = np.empty(rank.size)
+    prev_end[1:] = end[:-1]
+    prev_end[first] = entry_end[rank[first]]
+    keep = (prev_end < until) & (end > prev_end)
+    return [_part(rank[keep], 4, prev_end[keep], end[keep], _step_names(names, span.label, step[keep]))]
+
+
+def _send_parts(timeline: RunTimeline, span, until: float, shown: int,
+                names: Labels) -> list[tuple[np.ndarray, ...]]:
+    """A collective's transfers, on the sending rank's "send" track (the receiver's for a
+    non-rank sender)."""
+    g, ex = timeline.graph, timeline.execution
+    p = timeline.cluster.ranks
+    if span.play is not None:
+        rec = span.play.recorded
+        if rec is None:
+            return []
+        owner = np.where(rec.src < p, rec.src, rec.dst)
+        keep = (rec.start < until) & (rec.end > rec.start) & (owner < shown)
+        return [_part(owner[keep], 5, rec.start[keep], rec.end[keep], names.id(f"{span.label}: transfer"),
+                      rec.route[keep], rec.amount[keep], rec.step[keep])]
+    lo, hi = span.transfers
+    ids = np.arange(lo, hi)
+    sel = ids[(g.kind[ids] == FLOW) & (ex.start[ids] < until) & (ex.end[ids] > ex.start[ids]) & (g.rank[ids] >= 0)
+              & (g.rank[ids] < shown)]
+    return [_part(g.rank[sel], 5, ex.start[sel], ex.end[sel], g.label[sel], g.route[sel], g.amount[sel],
+                  g.detail[sel])]
 
 
 def link_intervals(timeline: RunTimeline, until: float) -> tuple[np.ndarray, ...]:
@@ -184,21 +263,30 @@ def link_intervals(timeline: RunTimeline, until: float) -> tuple[np.ndarray, ...
     (link, start, end, transfers, bytes)."""
     g, ex = timeline.graph, timeline.execution
     links = timeline.cluster.topology.num_links
-    sel = np.flatnonzero((g.kind == FLOW) & (g.category != COMPUTE) & (ex.start < until) & (ex.end > ex.start))
-    flow, res = route_resources(timeline, g.route[sel])
+    early = np.flatnonzero(ex.start < until)
+    sel = early[(g.kind[early] == FLOW) & (g.category[early] != COMPUTE) & (ex.end[early] > ex.start[early])]
+    routes, starts, ends, amounts = [g.route[sel]], [ex.start[sel]], [ex.end[sel]], [g.amount[sel]]
+    for span in timeline.spans:
+        rec = span.play.recorded if span.play is not None else None
+        if rec is not None:
+            keep = (rec.start < until) & (rec.end > rec.start)
+            routes.append(rec.route[keep])
+            starts.append(rec.start[keep])
+            ends.append(rec.end[keep])
+            amounts.append(rec.amount[keep])
+    route, start, end, amount = (np.concatenate(x) for x in (routes, starts, ends, amounts))
+    flow, res = route_resources(timeline, route)
     on_link = res < links
     flow, res = flow[on_link], res[on_link]
-    tasks = sel[flow]
-    return merge_intervals(res, ex.start[tasks], ex.end[tasks], g.amount[tasks])
+    return merge_intervals(res, start[flow], end[flow], amount[flow])
 
 
 # ----------------------------------------------------------------------------- outputs
 def link_utilisation(timeline: RunTimeline) -> list[float]:
     """Average utilisation of every directed link of the topology over the run, in the
     topology's link order (0 for links nothing crossed)."""
-    net, g = timeline.cluster.network, timeline.graph
-    flows = g.kind == FLOW
-    carried = net.carried_per_resource(g.route[flows], g.amount[flows])
+    net = timeline.cluster.network
+    carried = timeline.carried_per_resource()
     links = timeline.cluster.topology.num_links
     makespan = timeline.execution.makespan
     capacity = net.capacity[:links]
@@ -211,17 +299,16 @@ def gantt(timeline: RunTimeline, steps: int = TRACE_STEPS) -> dict[str, Any]:
     """Per-rank bars of the first steps for the report: compute, data, host overhead and
     all-reduce, for at most GANTT_MAX_RANKS ranks."""
     until = window_end(timeline, steps)
-    iv, names = rank_intervals(timeline, until)
     shown = min(timeline.cluster.ranks, GANTT_MAX_RANKS)
-    keep = (iv.track <= 3) & (iv.owner < shown)
-    order = np.lexsort((iv.start[keep], iv.owner[keep]))
-    idx = np.flatnonzero(keep)[order][:GANTT_MAX_BARS]
+    iv, names = rank_intervals(timeline, until, ranks=shown, tracks=4)
+    order = np.lexsort((iv.start, iv.owner))
+    idx = order[:GANTT_MAX_BARS]
     return {
         "ranks": int(timeline.cluster.ranks),
         "ranks_shown": int(shown),
         "steps_shown": int(min(steps, timeline.steps)),
         "window_s": until,
-        "truncated": bool(int(keep.sum()) > GANTT_MAX_BARS),
+        "truncated": bool(order.size > GANTT_MAX_BARS),
         "rank_nodes": list(timeline.cluster.rank_nodes[:shown]),
         "bars": [[int(iv.owner[i]), RANK_TRACKS[int(iv.track[i])], float(iv.start[i]), float(iv.end[i]),
                   names[int(iv.name[i])]] for i in idx],
@@ -230,16 +317,35 @@ def gantt(timeline: RunTimeline, steps: int = TRACE_STEPS) -> dict[str, Any]:
 
 def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
                  max_events: int = MAX_TRACE_EVENTS) -> str:
-    """The run's first steps in Chrome trace event format (JSON text)."""
-    until = window_end(timeline, steps)
+    """The run's first steps in Chrome trace event format (JSON text): every event that
+    starts in the window, the earliest `max_events` of them. The window ends where the
+    first steps end, or sooner where a collective played without the flow network kept no
+    more transfers (`kept_until`)."""
+    window = window_end(timeline, steps)
+    until = min(window, kept_until(timeline))
     cluster = timeline.cluster
     topo = cluster.topology
-    g = timeline.graph
     node_ids = list(topo.nodes)
     pid_of = {node: i + 1 for i, node in enumerate(node_ids)}
     rank_pid = np.array([pid_of[n] for n in cluster.rank_nodes], dtype=np.int64)
 
     iv, names = rank_intervals(timeline, until)
+    link, l_start, l_end, l_count, l_bytes = link_intervals(timeline, until)
+    # the earliest events first, capped; lanes need every interval up to the last one kept
+    starts = np.concatenate([iv.start, l_start])
+    order = np.argsort(starts, kind="stable")
+    total = order.size
+    order = order[:max_events]
+    n_rank = iv.start.size
+    if total > max_events:
+        cut = starts[order[-1]]
+        candidates = np.flatnonzero(iv.start <= cut)
+        iv = iv.select(candidates)
+        rank_sel = np.searchsorted(candidates, order[order < n_rank])  # in start order
+    else:
+        rank_sel = order[order < n_rank]
+    link_sel = order[order >= n_rank] - n_rank
+
     num_links = topo.num_links
     path_of: dict[int, tuple[str, str, str]] = {}  # route id -> (sender, receiver, "a b c")
 
@@ -260,97 +366,101 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
     # a transfer shows on its sender's process (a parameter server's host is not a rank)
     pids = rank_pid[iv.owner] if iv.owner.size else np.zeros(0, np.int64)
     sends = np.flatnonzero(iv.track == 5)
-    send_routes = g.route[iv.task[sends]].tolist()
-    send_ranks = iv.owner[sends].tolist()
-    pids[sends] = [pid_of[path(r, k)[0]] for r, k in zip(send_routes, send_ranks)]
+    pids[sends] = [pid_of[path(r, k)[0]] for r, k in zip(iv.route[sends].tolist(), iv.owner[sends].tolist())]
     lanes = first_fit_lanes(pids, iv.track, iv.start, iv.end)
-    link, l_start, l_end, l_count, l_bytes = link_intervals(timeline, until)
     link_src = [name.split("->", 1)[0] for name in topo.link_names]
 
-    # the earliest events first, capped
-    starts = np.concatenate([iv.start, l_start])
-    order = np.argsort(starts, kind="stable")
-    total = order.size
-    order = order[:max_events]
-    n_rank = iv.start.size
-    rank_sel = order[order < n_rank]
-    link_sel = order[order >= n_rank] - n_rank
-
-    events: list[dict[str, Any]] = []
     used_threads: dict[tuple[int, int], str] = {}
-    cols = zip(iv.owner[rank_sel].tolist(), iv.track[rank_sel].tolist(), pids[rank_sel].tolist(),
-               lanes[rank_sel].tolist(), iv.name[rank_sel].tolist(), iv.task[rank_sel].tolist(),
-               np.round(iv.start[rank_sel] * 1e6, 4).tolist(),
-               np.round((iv.end[rank_sel] - iv.start[rank_sel]) * 1e6, 4).tolist())
-    amount, detail, route = g.amount, g.detail, g.route
-    for rank, track, pid, lane, name, task, ts, dur in cols:
-        category = RANK_TRACKS[track]
-        tid = _TRACK_TID[category] + lane
-        if (pid, tid) not in used_threads:
-            used_threads[(pid, tid)] = category + (f" #{lane + 1}" if lane else "")
-        ev: dict[str, Any] = {"name": names[name], "cat": category, "ph": "X", "ts": ts, "dur": dur,
-                              "pid": pid, "tid": tid}
-        if track == 5 and task >= 0:
-            _, receiver, hops = path(int(route[task]), rank)
-            ev["args"] = {"bytes": float(amount[task]), "step": int(detail[task]), "to": receiver, "route": hops}
-        elif track == 0 and task >= 0:
-            ev["args"] = {"work_s": float(amount[task])}
-        events.append(ev)
-    lcols = zip(link[link_sel].tolist(), np.round(l_start[link_sel] * 1e6, 4).tolist(),
-                np.round((l_end[link_sel] - l_start[link_sel]) * 1e6, 4).tolist(), l_count[link_sel].tolist(),
-                l_bytes[link_sel].tolist(), (l_end[link_sel] - l_start[link_sel]).tolist())
-    for li, ts, dur, count, nbytes, seconds in lcols:
-        pid = pid_of[link_src[li]]
-        tid = _LINK_TID + li
-        if (pid, tid) not in used_threads:
-            used_threads[(pid, tid)] = f"link {topo.link_names[li]} ({topo.link_kinds[li]}, " \
-                                       f"{topo.capacity_Bps[li] / 1e9:g} GB/s)"
-        events.append({"name": f"busy ({count} transfer{'s' if count != 1 else ''})", "cat": "link", "ph": "X",
-                       "ts": ts, "dur": dur, "pid": pid, "tid": tid,
-                       "args": {"transfers": count, "bytes": nbytes,
-                                "average_GBps": round(nbytes / seconds / 1e9, 6) if seconds > 0 else 0.0}})
-    events.sort(key=lambda e: (e["ts"], e["pid"], e["tid"]))
+    # rank events, then link events; each event's JSON text is made here, in the order
+    # (ts, pid, tid), as json.dumps would write it
+    track = iv.track[rank_sel]
+    r_pid = pids[rank_sel]
+    r_tid = np.array([_TRACK_TID[t] for t in RANK_TRACKS], dtype=np.int64)[track] + lanes[rank_sel]
+    l_pid = np.array([pid_of[link_src[li]] for li in link[link_sel].tolist()], dtype=np.int64)
+    l_tid = _LINK_TID + link[link_sel]
+    ts = np.concatenate([np.round(iv.start[rank_sel] * 1e6, 4), np.round(l_start[link_sel] * 1e6, 4)])
+    dur = np.concatenate([np.round((iv.end[rank_sel] - iv.start[rank_sel]) * 1e6, 4),
+                          np.round((l_end[link_sel] - l_start[link_sel]) * 1e6, 4)])
+    if not (np.isfinite(ts).all() and np.isfinite(dur).all()):
+        raise ValueError("Out of range float values are not JSON compliant")
+    pid_all, tid_all = np.concatenate([r_pid, l_pid]), np.concatenate([r_tid, l_tid])
+    event_order = np.lexsort((tid_all, pid_all, ts))
+    # the threads used: a rank's activity lane, or a link (one thread per directed link)
+    rank_threads = np.unique(np.stack([r_pid, r_tid, track, lanes[rank_sel]], axis=1), axis=0)
+    for pid, tid, t, lane in rank_threads.tolist():
+        used_threads[(pid, tid)] = RANK_TRACKS[t] + (f" #{lane + 1}" if lane else "")
+    for li in np.unique(link[link_sel]).tolist():
+        used_threads[(pid_of[link_src[li]], _LINK_TID + li)] = \
+            f"link {topo.link_names[li]} ({topo.link_kinds[li]}, {topo.capacity_Bps[li] / 1e9:g} GB/s)"
+    name_json = {n: json.dumps(names[n]) for n in set(iv.name[rank_sel].tolist())}
+    args_json: dict[int, str] = {}  # route id -> the "to" and "route" arguments of its sends
+    rank_args = []
+    for t, rank, route, amount, step in zip(track.tolist(), iv.owner[rank_sel].tolist(),
+                                             iv.route[rank_sel].tolist(), iv.amount[rank_sel].tolist(),
+                                             iv.step[rank_sel].tolist()):
+        if t == 5:
+            where = args_json.get(route)
+            if where is None:
+                _, receiver, hops = path(route, rank)
+                where = args_json[route] = f'"to":{json.dumps(receiver)},"route":{json.dumps(hops)}'
+            rank_args.append(f',"args":{{"bytes":{amount!r},"step":{step},{where}}}')
+        elif t == 0:
+            rank_args.append(f',"args":{{"work_s":{amount!r}}}')
+        else:
+            rank_args.append("")
+    rank_head = [f'{{"name":{name_json[n]},"cat":"{RANK_TRACKS[t]}","ph":"X"' for n, t in
+                 zip(iv.name[rank_sel].tolist(), track.tolist())]
+    link_head, link_args = [], []
+    for count, nbytes, seconds in zip(l_count[link_sel].tolist(), l_bytes[link_sel].tolist(),
+                                      (l_end[link_sel] - l_start[link_sel]).tolist()):
+        link_head.append(f'{{"name":"busy ({count} transfer{"s" if count != 1 else ""})","cat":"link","ph":"X"')
+        average = round(nbytes / seconds / 1e9, 6) if seconds > 0 else 0.0
+        link_args.append(f',"args":{{"transfers":{count},"bytes":{float(nbytes)!r},"average_GBps":{average!r}}}')
+    heads, args = rank_head + link_head, rank_args + link_args
+    ts_l, dur_l, pid_l, tid_l = ts.tolist(), dur.tolist(), pid_all.tolist(), tid_all.tolist()
+    events = [f'{heads[i]},"ts":{ts_l[i]!r},"dur":{dur_l[i]!r},"pid":{pid_l[i]},"tid":{tid_l[i]}{args[i]}}}'
+              for i in event_order.tolist()]
 
-    meta: list[dict[str, Any]] = []
+    meta: list[str] = []
     rank_of = {node: r for r, node in enumerate(cluster.rank_nodes)}
-    used_pids = sorted({pid for pid, _ in used_threads} | set(rank_pid.tolist()))
+    used_pids = {pid for pid, _ in used_threads} | set(rank_pid.tolist())
     for node in node_ids:
         pid = pid_of[node]
         if pid not in used_pids:
             continue
         kind = topo.nodes[node].kind
-        label = f"{node} ({kind}, rank {rank_of[node]})" if node in rank_of else f"{node} ({kind})"
-        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
-        meta.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
-                     "args": {"sort_index": rank_of.get(node, len(rank_of) + pid)}})
+        label = json.dumps(f"{node} ({kind}, rank {rank_of[node]})" if node in rank_of else f"{node} ({kind})")
+        meta.append(f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,"args":{{"name":{label}}}}}')
+        meta.append(f'{{"name":"process_sort_index","ph":"M","pid":{pid},"tid":0,'
+                    f'"args":{{"sort_index":{rank_of.get(node, len(rank_of) + pid)}}}}}')
     for (pid, tid), label in sorted(used_threads.items()):
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
-        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    doc = {
-        "traceEvents": meta + events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "title": title,
-            "steps_shown": int(min(steps, timeline.steps)),
-            "steps_simulated": int(timeline.steps),
-            "window_us": _us(until),
-            "events": len(events),
-            "events_in_window": int(total),
-            "truncated": bool(total > max_events),
-        },
+        meta.append(f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":{json.dumps(label)}}}}}')
+        meta.append(f'{{"name":"thread_sort_index","ph":"M","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}')
+    other = {
+        "title": title,
+        "steps_shown": int(min(steps, timeline.steps)),
+        "steps_simulated": int(timeline.steps),
+        "window_us": _us(until),
+        "events": len(events),
+        "events_in_window": int(total),
+        "truncated": bool(total > max_events or until < window),
     }
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    compact = {"separators": (",", ":"), "allow_nan": False}
+    return ('{"traceEvents":[' + ",".join(meta + events)
+            + '],"displayTimeUnit":"ms","otherData":' + json.dumps(other, **compact) + "}")
 
 
 def _us(seconds: float) -> float:
     return round(float(seconds) * 1e6, 4)
 
 
-def run_details(timeline: RunTimeline, *, full: bool, title: str) -> dict[str, Any]:
-    """What a worker sends back beside the run's record: always the link utilisation of
-    every link; with `full`, the Gantt of the first steps and the Chrome trace."""
+def run_details(timeline: RunTimeline, *, level: str, title: str) -> dict[str, Any]:
+    """What a worker sends back beside the run's record, at a detail level of the runner
+    (gansim.runner.point.DETAIL_LEVELS): "links", every link's utilisation; "gantt", also
+    the Gantt of the first steps; "full", also the Chrome trace."""
     details: dict[str, Any] = {"link_utilization": link_utilisation(timeline)}
-    if full:
+    if level in ("gantt", "full"):
         details["gantt"] = gantt(timeline)
+    if level == "full":
         details["trace"] = chrome_trace(timeline, title)
     return details

@@ -14,6 +14,8 @@ from gansim.calibration.profile import Profile
 from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError
+from gansim.core.units import MiB
+from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.point import simulate_point
 from gansim.topology.graph import Topology, topology_from_dict
 from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
@@ -38,7 +40,11 @@ def profile_workload(profile: Profile) -> GanWorkload:
         g_forward_s=c["g_forward_s"], g_backward_s=c["g_backward_s"], g_optimizer_s=c["g_optimizer_s"],
     )
     d_bytes, g_bytes = fit.gradient_bytes.discriminator, fit.gradient_bytes.generator
-    if prov.model in ARCHITECTURES:
+    buckets = fit.gradient_buckets
+    if buckets is not None and buckets.discriminator and buckets.generator:
+        # the buckets the script's DDP really issued (4-byte elements); predict() keeps each one whole
+        d_tensors, g_tensors = tuple(b // 4 for b in buckets.discriminator), tuple(b // 4 for b in buckets.generator)
+    elif prov.model in ARCHITECTURES:
         arch = ARCHITECTURES.get(prov.model)()
         d_tensors, g_tensors = tuple(arch.discriminator.param_tensors()), tuple(arch.generator.param_tensors())
     else:
@@ -104,10 +110,23 @@ class Prediction:
     step_time_s: float
     speedup: float
     record: dict[str, Any]
+    # the roofline that moved the compute to the target device (None: same device)
+    compute_scaled_from: dict[str, Any] | None = None
+
+
+def bucket_caps_MiB(profile: Profile) -> tuple[float, float]:
+    """DDP's (bucket, first bucket) caps; with measured buckets, a cap no bucket exceeds
+    keeps every measured bucket whole (ddp_buckets closes a bucket once it reaches the cap)."""
+    buckets = profile.fit.gradient_buckets
+    if buckets is not None and buckets.discriminator and buckets.generator:
+        smallest = min(b // 4 * 4 for b in (*buckets.discriminator, *buckets.generator)) / MiB
+        return smallest, smallest
+    return DDP_BUCKET_MiB, DDP_FIRST_BUCKET_MiB
 
 
 def predict(profile: Profile, world_sizes: list[int], topology: Topology | None = None,
-            algorithm: str = "ring") -> list[Prediction]:
+            algorithm: str = "ring", measured_tflops: float | None = None,
+            measured_memory_bandwidth_GBps: float | None = None) -> list[Prediction]:
     for w in world_sizes:
         limits.RANKS.check(w, field="--world-sizes")
     workload = profile_workload(profile)
@@ -118,22 +137,33 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
                              field="--world-sizes")
     # the measured sharing factor already contains any oversubscription of the cores
     unshared = _without_core_pools(topo)
-    ddp = profile.provenance.mode == "ddp"
-    options = TrainingOptions(
-        overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=DDP_BUCKET_MiB,
-        first_bucket_MiB=DDP_FIRST_BUCKET_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
-    )
     phases = workload.measured
     assert phases is not None
+    scaled_from = None
+    target = target_device(topology) if topology is not None else None
+    if topology is not None and needs_scaling(profile, target):
+        if target is None:
+            raise UserInputError(f"topology {topology.name!r} has CPU ranks but the profile was measured on "
+                                 f"{profile.provenance.device!r}; allowed: a topology of GPUs", field="--topology")
+        source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
+        phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
+    bucket_MiB, first_bucket_MiB = bucket_caps_MiB(profile)
+    ddp = profile.provenance.mode == "ddp"
+    options = TrainingOptions(
+        overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=bucket_MiB,
+        first_bucket_MiB=first_bucket_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
+    )
     records: dict[int, dict[str, Any]] = {}
     for w in sizes:
+        # ranks on GPUs of their own share no cores
+        factor = sharing_factor(profile, w) if target is None else 1.0
         scenario = Scenario(name="predict", topology=topo.name, workload="calibrated", gpus=[w],
                             algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
                             steps=predicted_steps(w) if profile.fit.compute_cv > 0 else 5, options=options)
         records[w] = simulate_point(scenario, unshared, w, algorithm,
-                                    workload=(padded(workload, w), phases.slowed(sharing_factor(profile, w))))
+                                    workload=(padded(workload, w), phases.slowed(factor)))
     t1 = records[1]["step_time_s"]
-    return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w])
+    return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w], scaled_from)
             for w in sorted(set(world_sizes))]
 
 

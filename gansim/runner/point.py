@@ -22,8 +22,15 @@ from gansim.training.workloads import GanWorkload, StepPhases, scenario_workload
 
 # extend(scenario, topology, gpus, algorithm, record, source=...) -> extra record fields
 ExtendRecord = Callable[..., dict[str, Any]]
-# details(timeline, full=..., title=...) -> what the outputs keep of the raw timeline
+# details(timeline, level=..., title=...) -> what the outputs keep of the raw timeline
 TimelineDetails = Callable[..., dict[str, Any]]
+
+# What comes back beside a run's record, from the least to the most: nothing; every link's
+# utilisation; also the Gantt of the first steps; also the Chrome trace.
+DETAIL_LEVELS = ("none", "links", "gantt", "full")
+# Collectives played without the flow network keep this many of the run's first transfers,
+# in all, for the "full" details (the Chrome trace shows at most 25,000 events of a run).
+FULL_DETAIL_TRANSFERS = 50_000
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class PointHooks:
     utilisation, with `full` also the Gantt and the Chrome trace)."""
 
     extend: ExtendRecord | None = None
-    details: TimelineDetails | None = None
+    details: TimelineDetails | None = None  # called with level "links", "gantt" or "full"
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,9 @@ class RunRequest:
     overrides: tuple[tuple[str, Any], ...]
     gpus: int
     algorithm: str
-    # what comes back beside the record: "none"; "links" (every link's utilisation);
-    # "full" (also the Gantt of the first steps and the Chrome trace), through hooks.details
-    detail: str = "none"
+    detail: str = "none"  # one of DETAIL_LEVELS, made by hooks.details
     hooks: PointHooks = PointHooks()
+    baseline_only: bool = False  # a 1-GPU run the scenario does not list, for its speed-ups
 
 
 def run_one(request: RunRequest) -> dict[str, Any]:
@@ -68,7 +74,7 @@ def run_one_detailed(request: RunRequest) -> tuple[dict[str, Any], dict[str, Any
             f", {k}={v}" for k, v in request.overrides)
 
         def inspect(timeline: RunTimeline) -> None:
-            details.update(hooks.details(timeline, full=request.detail == "full", title=title))
+            details.update(hooks.details(timeline, level=request.detail, title=title))
 
     memory = memory_report(s, topo, request.gpus)
     if memory["fits"] is False:
@@ -76,7 +82,8 @@ def run_one_detailed(request: RunRequest) -> tuple[dict[str, Any], dict[str, Any
         record = oom_record(s, topo, request.gpus, request.algorithm, memory)
     else:
         record = simulate_point(s, topo, request.gpus, request.algorithm, source=loaded.source,
-                                on_timeline=inspect)
+                                on_timeline=inspect,
+                                keep_transfers=FULL_DETAIL_TRANSFERS if request.detail == "full" else 0)
         if hooks.extend is not None:
             record.update(hooks.extend(s, topo, request.gpus, request.algorithm, record, source=loaded.source))
     if request.overrides:
@@ -87,10 +94,12 @@ def run_one_detailed(request: RunRequest) -> tuple[dict[str, Any], dict[str, Any
 
 def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *, source: str | None = None,
                    workload: tuple[GanWorkload, StepPhases] | None = None,
-                   on_timeline: Callable[[RunTimeline], None] | None = None) -> dict[str, Any]:
+                   on_timeline: Callable[[RunTimeline], None] | None = None,
+                   keep_transfers: int = 0) -> dict[str, Any]:
     """Simulate one point. `workload` (a workload and its phase times) replaces the
     scenario's workload, for predictions from a calibration profile; `on_timeline` sees
-    the raw timeline before it is dropped (for traces and per-link figures)."""
+    the raw timeline before it is dropped (for traces and per-link figures), which keeps
+    the first `keep_transfers` transfers of the collectives played without the flow network."""
     topo = topology.scaled(s.link_bandwidth_scale)
     batch = s.batch_per_gpu(gpus)
     given_phases = None
@@ -108,7 +117,8 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
         tflops = [topo.nodes[n].tflops for n in topo.ranks[:gpus]]
         device = None if any(t is None for t in tflops) else min(tflops)  # type: ignore[type-var]
         phases = workload.phases(batch, device, s.options, source=source)
-    timeline = simulate(make_cluster, workload, phases, point, s.options.gamma_s_per_byte)
+    timeline = simulate(make_cluster, workload, phases, point, s.options.gamma_s_per_byte,
+                        keep_transfers=keep_transfers)
     if on_timeline is not None:
         on_timeline(timeline)
     record: dict[str, Any] = {

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gansim.collectives.closed_forms import algbw, busbw
-from gansim.network.engine import COMPUTE, DATA, FLOW
+from gansim.network.engine import COMPUTE, DATA
 from gansim.training.step import RunTimeline
 from gansim.training.workloads import AllreduceWorkload, Workload
 
@@ -77,9 +77,7 @@ def utilisation(timeline: RunTimeline) -> tuple[list[dict[str, Any]], dict[str, 
     """Every used resource's average utilisation over the run, busiest first, and the
     bottleneck (the busiest one)."""
     net = timeline.cluster.network
-    g = timeline.graph
-    flows = g.kind == FLOW
-    carried = net.carried_per_resource(g.route[flows], g.amount[flows])
+    carried = timeline.carried_per_resource()
     makespan = timeline.execution.makespan
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where((carried > 0) & np.isfinite(net.capacity), carried / (net.capacity * makespan), 0.0)
@@ -88,7 +86,9 @@ def utilisation(timeline: RunTimeline) -> tuple[list[dict[str, Any]], dict[str, 
     for i in order:
         if carried[i] <= 0:
             break
-        res = timeline.cluster.resources[i]
+        if not np.isfinite(net.capacity[i]):
+            continue  # a resource without a limit (a host memory of unknown bandwidth) binds nothing
+        res = timeline.cluster.resource(i)
         rows.append({"resource": res.name, "kind": res.kind, "utilization": round(float(util[i]), 6)})
     bottleneck = rows[0] if rows else {"resource": None, "kind": None, "utilization": 0.0}
     return rows, bottleneck

@@ -46,7 +46,7 @@ def run_requests(loaded: LoadedScenario, hooks: PointHooks = PointHooks()) -> li
             for g in scenario.gpus:
                 requests.append(RunRequest(loaded, frozen, g, algorithm, hooks=hooks))
         if 1 not in scenario.gpus:  # the baseline every speed-up is measured against
-            requests.append(RunRequest(loaded, frozen, 1, s.algorithms[0], hooks=hooks))
+            requests.append(RunRequest(loaded, frozen, 1, s.algorithms[0], hooks=hooks, baseline_only=True))
     return requests
 
 
@@ -60,8 +60,8 @@ def featured_requests(loaded: LoadedScenario, requests: list[RunRequest]) -> set
             combos.append(req.overrides)
         if combos.index(req.overrides) >= FEATURED_COMBINATIONS:
             continue
-        if req.gpus not in loaded.with_overrides(dict(req.overrides)).gpus:
-            continue  # an added baseline
+        if req.baseline_only:
+            continue
         key = (req.overrides, req.algorithm)
         if key not in best or requests[best[key]].gpus < req.gpus:
             best[key] = i
@@ -73,9 +73,11 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
                   hooks: PointHooks = PointHooks()) -> ScenarioResult:
     """Simulate every run of the scenario (in parallel through `executor`, any
     concurrent.futures executor) and assemble the summary. `traces` decides which runs
-    come back with a Gantt and a Chrome trace (made by `hooks.details`): "all", "featured"
-    (see featured_requests), "auto" (all up to AUTO_TRACE_LIMIT runs, else featured),
-    "none" (featured runs only, for the report's Gantt); None: no details at all."""
+    come back with a Chrome trace (made by `hooks.details`): "all", "featured" (see
+    featured_requests), "auto" (all up to AUTO_TRACE_LIMIT runs, else featured), "none";
+    every run of the summary comes back with its links' utilisation, the featured ones with
+    a Gantt, and the 1-GPU baselines added for the speed-ups with nothing. None: no
+    details at all. Each worker computes only the details its request asks for."""
     if traces is not None and traces not in TRACE_POLICIES:
         raise UserInputError(f"unknown trace policy {traces!r}; allowed: {', '.join(TRACE_POLICIES)}",
                              field="--traces")
@@ -84,7 +86,7 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
     featured = featured_requests(loaded, requests) if traces is not None else set()
     if traces is not None:
         wanted_all = traces == "all" or (traces == "auto" and len(requests) <= AUTO_TRACE_LIMIT)
-        requests = [replace(r, detail="full" if (wanted_all or i in featured) else "links")
+        requests = [replace(r, detail=_detail(r, i in featured, wanted_all, traces))
                     for i, r in enumerate(requests)]
     results = _map(executor, requests, progress)
     records = [rec for rec, _ in results]
@@ -95,7 +97,9 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
     runs = []
     run_details: list[dict[str, Any]] = []
     run_featured: list[int] = []
-    wanted = {(r.overrides, r.gpus, r.algorithm) for r in requests if r.gpus in loaded.with_overrides(dict(r.overrides)).gpus}
+    wanted = {(r.overrides, r.gpus, r.algorithm) for r in requests if not r.baseline_only}
+    scaling = {overrides: scenario.scaling for overrides, scenario in
+               ((tuple(o.items()), sc) for o, sc in loaded.combinations())}
     seen = set()
     for i, (req, rec) in enumerate(zip(requests, records)):
         key = (req.overrides, req.gpus, req.algorithm)
@@ -103,10 +107,9 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
             continue
         seen.add(key)
         base = baseline[req.overrides]
-        s = loaded.with_overrides(dict(req.overrides))
         if rec["step_time_s"] and base["step_time_s"]:
             ratio = base["step_time_s"] / rec["step_time_s"]
-            speedup: float | None = ratio * req.gpus if s.scaling == "weak" else ratio
+            speedup: float | None = ratio * req.gpus if scaling[req.overrides] == "weak" else ratio
         else:
             speedup = None  # out of memory here or at the 1-GPU baseline: no speed-up to give
         ordered = {k: rec.get(k) for k in ("gpus", "algorithm", "cost_model", "topology", "workload", "scaling",
@@ -117,10 +120,7 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
         if i in featured:
             run_featured.append(len(runs))
         runs.append(ordered)
-        details = results[i][1]
-        if traces == "none":
-            details.pop("trace", None)  # the Gantt of featured runs stays, for the report
-        run_details.append(details)
+        run_details.append(results[i][1])
     s = loaded.scenario
     summary = {
         "scenario": s.name,
@@ -137,6 +137,14 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
             topologies.setdefault(topo.name, topo)
     return ScenarioResult(summary, run_details, run_featured, cpu_s=sum(d.get("cpu_s", 0.0) for _, d in results),
                           wall_s=time.perf_counter() - wall, topologies=topologies)
+
+
+def _detail(request: RunRequest, featured: bool, wanted_all: bool, traces: str) -> str:
+    if request.baseline_only:
+        return "none"  # only its step time is used
+    if traces != "none" and (wanted_all or featured):
+        return "full"
+    return "gantt" if featured else "links"
 
 
 def _map(executor: Executor | None, requests: list[RunRequest],

@@ -11,25 +11,26 @@ bandwidth.
 
 Default figures and where they come from
 -----------------------------------------
-Latencies are per link. They are order-of-magnitude figures that a calibration profile
-overrides; they follow NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc, 2020,
-``hwLat``), which charges per GPU-to-GPU hop 0.47-0.52 us over NVLink and 1.0 us over PCI
-for its low-latency protocol (and 3.4 / 5.7 us for the bulk "Simple" protocol):
+Bandwidths are LINE RATES from datasheets, per direction: what the link signals, not what a
+program gets through it. What a communication library achieves on them (protocol overhead,
+per-channel limits) is the communication model's business (gansim/collectives/nccl_topology.py
+turns them into NCCL's figures). PCIe x16 line rates after 128b/130b encoding: 3.0 (8 GT/s)
+15.75 GB/s, 4.0 (16 GT/s) 31.5 GB/s, 5.0 (32 GT/s) 63.0 GB/s (PCI-SIG base specifications).
+NVLink: 25 GB/s per NVLink2 brick (V100), 12 x 25 = 300 GB/s per A100 GPU (NVLink3),
+18 x 25 = 450 GB/s per H100 GPU (NVLink4) (NVIDIA datasheets; gansim/topology/devices.py).
+NICs: the port's signalling rate (200 Gb/s HDR InfiniBand = 25 GB/s), which is also the
+figure NCCL takes from the port (src/graph/topo.cc: bw = speed in Mb/s / 8000).
+
+Latencies are per link. They are order-of-magnitude figures used by the textbook algorithms
+(the `nccl` algorithm charges NCCL's own per-hop latencies instead); they follow NCCL's tuning
+model (NVIDIA/nccl src/graph/tuning.cc, ``hwLat``), which charges per GPU-to-GPU hop
+0.6-3.4 us over NVLink and 1.0-5.7 us over PCI depending on the protocol:
 
 - a direct NVLink link: 0.5 us; a link to an NVSwitch: 0.25 us (a GPU -> NVSwitch -> GPU
   route crosses two links, 0.5 us in all);
 - a PCIe link: 1.0 us;
 - a NIC <-> network-switch link: 1.0 us (GPU -> NIC -> switch -> NIC -> GPU is then 4 us;
-  NCCL charges 2.7 us (LL) to 9.6 us (Simple) per network step).
-
-Bandwidths: PCIe 3.0 x16 is 15.75 GB/s per direction in theory (8 GT/s x 16 lanes x
-128/130 / 8); bandwidthTest-style pinned copies reach ~12 GB/s (e.g. 12.15 GB/s H2D,
-12.89 GB/s D2H on a PCIe 3.0 x16 P100, mpicbg-scicomp/gearshifft PR #82, 2017), so PCIe 3.0
-defaults are the effective 12 GB/s. PCIe 4.0 x16 defaults to 24 GB/s, the figure NCCL's
-topology detection assigns to a Gen4 x16 link (``PCI[24.0]`` in the NCCL_DEBUG topology
-dump of an HGX A100, NVIDIA/nccl-tests issue #100, 2021); 31.5 GB/s in theory. NVLink
-figures are NVIDIA's per-direction signalling rates (theoretical): 25 GB/s per NVLink2
-brick (V100), 12 x 25 = 300 GB/s per A100 GPU (NVLink3).
+  NCCL charges 2.7 us (LL) to 14 us (Simple) per network step).
 """
 
 from __future__ import annotations
@@ -137,8 +138,11 @@ class _Builder:
         return node_id
 
     def gpu(self, name: str, p: Any) -> str:
+        # only a GPU without peer-to-peer says so: the default (True) stays out of the dict
+        extra = {} if getattr(p, "p2p", True) else {"p2p": False}
         return self.node(
-            name, "gpu", memory_GB=p.gpu_memory_GB, tflops=p.gpu_tflops, model=p.gpu_model
+            name, "gpu", memory_GB=p.gpu_memory_GB, tflops=p.gpu_tflops,
+            memory_bandwidth_GBps=p.gpu_memory_bandwidth_GBps, model=p.gpu_model, **extra
         )
 
     def link(self, a: str, b: str, kind: str, bandwidth_GBps: float, latency_us: float) -> None:
@@ -151,26 +155,30 @@ class _Builder:
         return {"nodes": self.nodes, "links": self.links}
 
 
-# GPU figures used as defaults (fp32 peak TFLOP/s, memory in GB):
-# - GeForce GTX 1080 Ti: 11 GB, 11.34 TFLOPS (NVIDIA spec: 3584 CUDA cores x 1582 MHz boost x 2).
-# - Tesla V100 SXM2 16GB: 15.7 TFLOPS (NVIDIA Tesla V100 datasheet, 2017).
-# - A100 SXM4 40GB: 19.5 TFLOPS (NVIDIA A100 Tensor Core GPU datasheet, 2020).
+# GPU figures used as defaults (fp32 peak TFLOP/s, memory in GB, memory bandwidth in GB/s):
+# - GeForce GTX 1080 Ti: 11 GB, 11.34 TFLOPS (NVIDIA spec: 3584 CUDA cores x 1582 MHz boost x 2),
+#   484 GB/s (NVIDIA GeForce GTX 1080 Ti specifications, 2017: 11 Gbps GDDR5X on 352 bits).
+# - Tesla V100 SXM2 16GB: 15.7 TFLOPS, 900 GB/s HBM2 (NVIDIA Tesla V100 datasheet, 2017).
+# - A100 SXM4 40GB: 19.5 TFLOPS, 1,555 GB/s HBM2 (NVIDIA A100 Tensor Core GPU datasheet, 2020).
 class _GTX1080Ti(_Params):
     gpu_model: str = "GTX 1080 Ti"
     gpu_tflops: Tflops = 11.34
     gpu_memory_GB: MemoryGB = 11.0
+    gpu_memory_bandwidth_GBps: BandwidthGBps = 484.0
 
 
 class _V100(_Params):
     gpu_model: str = "Tesla V100-SXM2-16GB"
     gpu_tflops: Tflops = 15.7
     gpu_memory_GB: MemoryGB = 16.0
+    gpu_memory_bandwidth_GBps: BandwidthGBps = 900.0
 
 
 class _A100(_Params):
     gpu_model: str = "A100-SXM4-40GB"
     gpu_tflops: Tflops = 19.5
     gpu_memory_GB: MemoryGB = 40.0
+    gpu_memory_bandwidth_GBps: BandwidthGBps = 1555.0
 
 
 # --------------------------------------------------------------------------- pcie_tree
@@ -181,17 +189,25 @@ class PcieTreeParams(_GTX1080Ti):
     gpus_per_switch: Annotated[int, Field(ge=0), AfterValidator(limits.RANKS.validator)] = Field(
         0, description="GPUs per PCIe switch; 0 = every GPU directly on the host root complex"
     )
-    pcie_bandwidth_GBps: BandwidthGBps = 12.0
+    pcie_bandwidth_GBps: BandwidthGBps = Field(15.75, description="line rate; PCIe 3.0 x16 by default")
     pcie_latency_us: Microseconds = 1.0
     switch_uplink_bandwidth_GBps: BandwidthGBps | None = Field(
         None, description="PCIe switch -> host link; default pcie_bandwidth_GBps"
     )
     host_cores: Count = 16
+    p2p: bool = Field(True, description="False: the GPUs cannot reach each other's memory (GeForce, P2P "
+                                        "disabled); GPU-to-GPU bytes go through host memory")
+    host_dram_bandwidth_GBps: BandwidthGBps | None = Field(None, description="the host's DRAM bandwidth (all "
+                                                                             "channels); default: unconstrained")
+    host_model: str | None = Field(None, description="the host CPU, e.g. 'AMD EPYC 7302' (NCCL tunes for its vendor)")
 
 
 def _pcie_tree(p: PcieTreeParams, b: _Builder) -> list[str]:
     gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
-    host = b.node("host", "host", cores=p.host_cores)
+    extra: dict[str, Any] = {"model": p.host_model} if p.host_model else {}
+    if p.host_dram_bandwidth_GBps:
+        extra["dram_bandwidth_GBps"] = p.host_dram_bandwidth_GBps
+    host = b.node("host", "host", cores=p.host_cores, **extra)
     if p.gpus_per_switch == 0:
         for g in gpus:
             b.link(g, host, "pcie", p.pcie_bandwidth_GBps, p.pcie_latency_us)
@@ -267,16 +283,19 @@ class NvswitchParams(_A100):
     # A100: 12 NVLink3 links x 25 GB/s = 300 GB/s per direction per GPU (NVIDIA A100 datasheet).
     nvlink_bandwidth_GBps: BandwidthGBps = Field(300.0, description="per GPU to the NVSwitch, per direction")
     nvlink_latency_us: Microseconds = 0.25
-    pcie_bandwidth_GBps: BandwidthGBps = Field(24.0, description="each GPU to the host")
+    pcie_bandwidth_GBps: BandwidthGBps = Field(31.5, description="each GPU to the host, line rate (PCIe 4.0 x16)")
     pcie_latency_us: Microseconds = 1.0
     # DGX A100: 2 x AMD EPYC 7742, 64 cores each (NVIDIA DGX A100 datasheet, 2020).
     host_cores: Count = 128
+    host_model: str | None = Field(None, description="the host CPU, e.g. 'AMD EPYC 7742' (NCCL tunes for its vendor)")
+    nvlink_sharp: bool | None = Field(
+        None, description="in-switch reduction (NCCL's NVLS); default: yes for Hopper or newer GPUs")
 
 
 def _nvswitch(p: NvswitchParams, b: _Builder) -> list[str]:
     gpus = [b.gpu(f"gpu{i}", p) for i in range(p.gpus)]
-    nvs = b.node("nvswitch", "nvswitch")
-    host = b.node("host", "host", cores=p.host_cores)
+    nvs = b.node("nvswitch", "nvswitch", **({} if p.nvlink_sharp is None else {"nvlink_sharp": p.nvlink_sharp}))
+    host = b.node("host", "host", cores=p.host_cores, **({"model": p.host_model} if p.host_model else {}))
     for g in gpus:
         b.link(g, nvs, "nvlink", p.nvlink_bandwidth_GBps, p.nvlink_latency_us)
     for g in gpus:
@@ -310,7 +329,7 @@ DGX1_NVLINK_BRICKS: dict[tuple[int, int], int] = {
 class Dgx1Params(_V100):
     nvlink_brick_bandwidth_GBps: BandwidthGBps = Field(25.0, description="one NVLink2 brick, per direction")
     nvlink_latency_us: Microseconds = 0.5
-    pcie_bandwidth_GBps: BandwidthGBps = Field(12.0, description="PCIe 3.0 x16, GPU <-> switch <-> CPU")
+    pcie_bandwidth_GBps: BandwidthGBps = Field(15.75, description="PCIe 3.0 x16 line rate, GPU <-> switch <-> CPU")
     pcie_latency_us: Microseconds = 1.0
     # 2 x Xeon E5-2698 v4: two QPI links at 9.6 GT/s = 2 x 19.2 GB/s per direction (theoretical).
     cpu_interconnect_bandwidth_GBps: BandwidthGBps = 38.4
@@ -320,7 +339,7 @@ class Dgx1Params(_V100):
 
 def _dgx1(p: Dgx1Params, b: _Builder) -> list[str]:
     gpus = [b.gpu(f"gpu{i}", p) for i in range(8)]
-    hosts = [b.node(f"host{s}", "host", cores=p.cores_per_socket) for s in range(2)]
+    hosts = [b.node(f"host{s}", "host", cores=p.cores_per_socket, model="Intel Xeon E5-2698 v4") for s in range(2)]
     for (i, j), bricks in DGX1_NVLINK_BRICKS.items():
         b.link(gpus[i], gpus[j], "nvlink", bricks * p.nvlink_brick_bandwidth_GBps, p.nvlink_latency_us)
     # Two GPUs per PCIe switch (PLX PEX8764 in the NCCL dump above), two switches per socket.
@@ -356,8 +375,11 @@ class MultiNodeParams(_Params):
     # One 200 Gb/s HDR InfiniBand NIC per GPU = 25 GB/s per direction (signalling rate).
     nic_bandwidth_GBps: BandwidthGBps = 25.0
     nic_latency_us: Microseconds = Field(1.0, description="each NIC <-> network-switch link")
-    nic_pcie_bandwidth_GBps: BandwidthGBps = Field(24.0, description="GPU <-> its NIC (GPUDirect RDMA)")
+    nic_pcie_bandwidth_GBps: BandwidthGBps = Field(31.5, description="GPU <-> its NIC (GPUDirect RDMA), line rate "
+                                                                     "(PCIe 4.0 x16)")
     nic_pcie_latency_us: Microseconds = 1.0
+    nics_per_node: int | None = Field(None, ge=1, le=64, description="NICs (rails) per node, each serving an "
+                                                                     "equal share of the GPUs; default one per GPU")
 
     @field_validator("gpus_per_node")
     @classmethod
@@ -403,14 +425,19 @@ def _multi_node(p: MultiNodeParams) -> dict:
         b = _Builder(prefix=f"n{n}.", counts=counts)
         gpus = build_intra(intra, b)
         hosts = [node["id"] for node in b.nodes if node["kind"] == "host"]
-        for k, g in enumerate(gpus):
+        nics = p.nics_per_node or len(gpus)
+        for k in range(nics):
             nic = b.node(f"nic{k}", "nic")
-            b.link(g, nic, "pcie", p.nic_pcie_bandwidth_GBps, p.nic_pcie_latency_us)
+            # fewer NICs than GPUs: NIC k serves GPUs [k g / n, (k+1) g / n) (a rail of a
+            # rail-optimised cluster); more: GPU k g / n has n / g NICs of its own
+            served = gpus[k * len(gpus) // nics:(k + 1) * len(gpus) // nics] or [gpus[k * len(gpus) // nics]]
+            for g in served:
+                b.link(g, nic, "pcie", p.nic_pcie_bandwidth_GBps, p.nic_pcie_latency_us)
             b.link(nic, switch, "net", p.nic_bandwidth_GBps, p.nic_latency_us)
             if hosts:
                 # the NIC also sits on the host's PCIe tree, so the host (a parameter server,
                 # a checkpoint writer) reaches other nodes without passing through a GPU
-                b.link(hosts[k * len(hosts) // len(gpus)], nic, "pcie", p.nic_pcie_bandwidth_GBps,
+                b.link(hosts[k * len(hosts) // nics], nic, "pcie", p.nic_pcie_bandwidth_GBps,
                        p.nic_pcie_latency_us)
         nodes.extend(b.nodes)
         links.extend(b.links)

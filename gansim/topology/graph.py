@@ -1,16 +1,14 @@
-"""Topology: a networkx graph of full-duplex links, flattened into directed-link arrays
-that the flow network indexes, with cached shortest routes (latency, then hops)."""
+"""Topology: nodes and full-duplex links, flattened into directed-link arrays that the flow
+network indexes, with cached shortest routes (latency, then hops). A networkx graph of it is
+built only when something asks for one (drawings, bisection bandwidth)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple, Sequence
 
-import networkx as nx
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from gansim.core import limits
 from gansim.core.config import LinkSpec, NodeSpec, TopologyFile, parse
@@ -18,9 +16,12 @@ from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
 from gansim.core.units import GB
 from gansim.topology.generators import generate
+from gansim.topology.paths import Digraph, components, dijkstra, path_to
 
 US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
+# routing treats a node linked to more nodes than this as a hub (see Topology.routes)
+HUB_DEGREE = 64
 
 
 @dataclass(frozen=True)
@@ -30,24 +31,36 @@ class Route:
     bottleneck_Bps: float
 
 
+class Link(NamedTuple):
+    """One full-duplex link as a topology file or a generator gives it."""
+
+    a: str
+    b: str
+    kind: str
+    bandwidth_GBps: float
+    latency_us: float
+
+
 @dataclass
 class Topology:
     name: str
     description: str
     source: str
     nodes: dict[str, NodeSpec]
-    graph: nx.Graph
+    links: list[Link]  # as given; directed link 2i is links[i].a -> .b, 2i + 1 the way back
     link_names: list[str]  # "a->b" per directed link
     link_kinds: list[str]
     capacity_Bps: np.ndarray
     latency_s: np.ndarray
     ranks: list[str]  # rank devices (gpu/cpu) in file order
+    ends: np.ndarray  # per directed link: (from, to) as indices into `nodes`
     _link_index: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     _routes: dict[tuple[str, str], Route] = field(default_factory=dict, repr=False)
 
     # -- building
     @classmethod
-    def from_specs(cls, spec: TopologyFile, nodes: list[NodeSpec], links: list[LinkSpec], source: str) -> "Topology":
+    def from_specs(cls, spec: TopologyFile, nodes: Sequence[NodeSpec], links: Sequence[Any],
+                   source: str) -> "Topology":
         by_id: dict[str, NodeSpec] = {}
         for i, node in enumerate(nodes):
             if node.id in by_id:
@@ -56,59 +69,67 @@ class Topology:
         for i, node in enumerate(nodes):
             if node.kind == "cpu" and node.host is not None and by_id.get(node.host, None) is None:
                 raise UserInputError(f"unknown host {node.host!r}", source=source, field=f"nodes[{i}].host")
-        graph = nx.Graph()
-        for node in nodes:
-            graph.add_node(node.id, kind=node.kind)
-        names: list[str] = []
-        kinds: list[str] = []
-        caps: list[float] = []
-        lats: list[float] = []
-        index: dict[tuple[str, str], int] = {}
-        for i, link in enumerate(links):
-            for end in ("a", "b"):
-                if getattr(link, end) not in by_id:
+        position = {node_id: i for i, node_id in enumerate(by_id)}
+        rows = [Link(link.a, link.b, link.kind, link.bandwidth_GBps, link.latency_us) for link in links]
+        ends = np.empty((len(rows), 2), dtype=np.int64)
+        for i, link in enumerate(rows):
+            for j, end in enumerate((link.a, link.b)):
+                found = position.get(end)
+                if found is None:
+                    raise UserInputError(f"link end {end!r} is not a node", source=source,
+                                         field=f"links[{i}].{'ab'[j]}")
+                ends[i, j] = found
+        same = np.flatnonzero(ends[:, 0] == ends[:, 1])
+        if same.size:
+            raise UserInputError("a link must join two different nodes", source=source, field=f"links[{same[0]}]")
+        pair = np.sort(ends, axis=1)
+        _, first, counts = np.unique(pair, axis=0, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            keys = pair[:, 0] * len(position) + pair[:, 1]
+            seen: set[int] = set()
+            for i, key in enumerate(keys.tolist()):
+                if key in seen:
+                    link = rows[i]
                     raise UserInputError(
-                        f"link end {getattr(link, end)!r} is not a node", source=source, field=f"links[{i}].{end}"
-                    )
-            if link.a == link.b:
-                raise UserInputError("a link must join two different nodes", source=source, field=f"links[{i}]")
-            if graph.has_edge(link.a, link.b):
-                raise UserInputError(
-                    f"a second link between {link.a} and {link.b}; give one link with the summed bandwidth",
-                    source=source,
-                    field=f"links[{i}]",
-                )
-            graph.add_edge(link.a, link.b, kind=link.kind, bandwidth_GBps=link.bandwidth_GBps,
-                           latency_us=link.latency_us)
+                        f"a second link between {link.a} and {link.b}; give one link with the summed bandwidth",
+                        source=source, field=f"links[{i}]")
+                seen.add(key)
+        names: list[str] = []
+        index: dict[tuple[str, str], int] = {}
+        for link in rows:
             for u, v in ((link.a, link.b), (link.b, link.a)):
                 index[(u, v)] = len(names)
                 names.append(f"{u}->{v}")
-                kinds.append(link.kind)
-                caps.append(link.bandwidth_GBps * GB)
-                lats.append(link.latency_us * US)
         ranks = [n.id for n in nodes if n.kind in RANK_KINDS]
         if not ranks:
             raise UserInputError("the topology has no gpu (or cpu rank) nodes", source=source, field="nodes")
-        if not nx.is_connected(graph):
-            parts = sorted((sorted(c) for c in nx.connected_components(graph)), key=len)
-            raise UserInputError(
-                f"the graph is disconnected: {parts[0][0]!r} cannot reach {parts[-1][0]!r}",
-                source=source,
-                field="links",
-            )
-        return cls(
+        directed = np.empty((2 * len(rows), 2), dtype=np.int64)
+        directed[0::2], directed[1::2] = ends, ends[:, ::-1]
+        topo = cls(
             name=spec.name,
             description=spec.description,
             source=source,
             nodes=by_id,
-            graph=graph,
+            links=rows,
             link_names=names,
-            link_kinds=kinds,
-            capacity_Bps=np.array(caps, dtype=float),
-            latency_s=np.array(lats, dtype=float),
+            link_kinds=[link.kind for link in rows for _ in (0, 1)],
+            capacity_Bps=np.repeat(np.array([link.bandwidth_GBps for link in rows], dtype=float) * GB, 2),
+            latency_s=np.repeat(np.array([link.latency_us for link in rows], dtype=float) * US, 2),
             ranks=ranks,
+            ends=directed,
             _link_index=index,
         )
+        label = components(len(by_id), ends[:, 0], ends[:, 1])
+        parts = int(label.max()) + 1
+        if parts > 1:
+            ids = list(by_id)
+            groups = sorted((sorted(ids[i] for i in np.flatnonzero(label == c)) for c in range(parts)), key=len)
+            raise UserInputError(
+                f"the graph is disconnected: {groups[0][0]!r} cannot reach {groups[-1][0]!r}",
+                source=source,
+                field="links",
+            )
+        return topo
 
     def scaled(self, bandwidth_scale: float) -> "Topology":
         """The same machine with every link's bandwidth multiplied (a what-if axis)."""
@@ -119,11 +140,34 @@ class Topology:
     def replace(self, **changes: Any) -> "Topology":
         """A copy with some fields changed; routes are recomputed lazily (figures may differ)."""
         fields = dict(name=self.name, description=self.description, source=self.source, nodes=self.nodes,
-                      graph=self.graph, link_names=self.link_names, link_kinds=self.link_kinds,
-                      capacity_Bps=self.capacity_Bps, latency_s=self.latency_s, ranks=self.ranks,
+                      links=self.links, link_names=self.link_names, link_kinds=self.link_kinds,
+                      capacity_Bps=self.capacity_Bps, latency_s=self.latency_s, ranks=self.ranks, ends=self.ends,
                       _link_index=self._link_index)
         fields.update(changes)
         return Topology(**fields)
+
+    def part(self, keep: Sequence[str], name: str) -> "Topology":
+        """The topology made of some of its nodes and the links between them."""
+        wanted = set(keep)
+        nodes = [spec for node, spec in self.nodes.items() if node in wanted]
+        links = [link for link in self.links if link.a in wanted and link.b in wanted]
+        return Topology.from_specs(TopologyFile.model_construct(name=name, description=self.description), nodes,
+                                   links, self.source)
+
+    @cached_property
+    def graph(self) -> Any:
+        """A networkx graph of the topology: nodes with their kind, links with their kind,
+        bandwidth and latency. networkx is imported here, not at the top: only drawings and
+        `gansim topology show` need it, and its import costs a fifth of a second."""
+        import networkx as nx
+
+        graph = nx.Graph()
+        for node in self.nodes.values():
+            graph.add_node(node.id, kind=node.kind)
+        for link in self.links:
+            graph.add_edge(link.a, link.b, kind=link.kind, bandwidth_GBps=link.bandwidth_GBps,
+                           latency_us=link.latency_us)
+        return graph
 
     # -- queries
     @property
@@ -133,6 +177,29 @@ class Topology:
     def link_index(self, u: str, v: str) -> int:
         return self._link_index[(u, v)]
 
+    def has_link(self, u: str, v: str) -> bool:
+        return (u, v) in self._link_index
+
+    def link_kind(self, u: str, v: str) -> str:
+        """The kind of the link between two nodes (KeyError when none joins them)."""
+        return self.link_kinds[self._link_index[(u, v)]]
+
+    def neighbors(self, node: str) -> list[str]:
+        """The nodes linked to `node`, in the order of its links in the file (networkx's order)."""
+        return self._adjacency.get(node, [])
+
+    @cached_property
+    def _adjacency(self) -> dict[str, list[str]]:
+        adjacency: dict[str, list[str]] = {}
+        for link in self.links:
+            adjacency.setdefault(link.a, []).append(link.b)
+            adjacency.setdefault(link.b, []).append(link.a)
+        return adjacency
+
+    def links_from(self, node: str) -> np.ndarray:
+        """The directed links leaving a node."""
+        return np.flatnonzero(self.ends[:, 0] == list(self.nodes).index(node))
+
     def kind(self, node: str) -> str:
         return self.nodes[node].kind
 
@@ -140,32 +207,43 @@ class Topology:
         return [n for n, spec in self.nodes.items() if spec.kind == "host"]
 
     @cached_property
+    def _weights(self) -> np.ndarray:
+        """Every directed link's routing weight (see _route_weight)."""
+        return np.repeat(_route_weight(np.array([link.latency_us for link in self.links], dtype=float)), 2)
+
+    @cached_property
     def host_of(self) -> dict[str, str]:
-        """The host (CPU root complex) nearest to each rank: where its input batches come from."""
+        """The host (CPU root complex) nearest to each rank: where its input batches come from
+        (the search never passes through another rank device)."""
         result = {rank: self.nodes[rank].host for rank in self.ranks if self.nodes[rank].host is not None}
         hosts = self.hosts()
         if hosts:
-            nodes = self.nodes
-
-            def weight(u: str, v: str, attrs: dict[str, Any]) -> float | None:
-                return None if nodes[u].kind in RANK_KINDS else _route_weight(attrs)
-
-            _, paths = nx.multi_source_dijkstra(self.graph, hosts, weight=weight)
+            ids = list(self.nodes)
+            position = {node: i for i, node in enumerate(ids)}
+            is_rank = np.array([spec.kind in RANK_KINDS for spec in self.nodes.values()])
+            out = ~is_rank[self.ends[:, 0]]
+            graph = Digraph(len(ids), self.ends[out, 0], self.ends[out, 1], self._weights[out])
+            _, _, source = dijkstra(graph, [position[h] for h in hosts])
             for rank in self.ranks:
-                if rank not in result and rank in paths:
-                    result[rank] = paths[rank][0]
+                i = position[rank]
+                if rank not in result and i in source:
+                    result[rank] = ids[source[i]]
         return result
 
     @cached_property
     def machine_of(self) -> dict[str, int]:
         """Ranks that reach each other without a `net` link share a machine (for hierarchical
-        algorithms: a node's GPUs)."""
-        local = nx.subgraph_view(self.graph, filter_edge=lambda u, v: self.graph.edges[u, v]["kind"] != "net")
-        result: dict[str, int] = {}
-        for index, component in enumerate(sorted(nx.connected_components(local), key=min)):
-            for node in component:
-                result[node] = index
-        return result
+        algorithms: a node's GPUs); machines numbered in the order of their first node name."""
+        local = np.array([kind != "net" for kind in self.link_kinds])
+        label = components(len(self.nodes), self.ends[local, 0], self.ends[local, 1])
+        count = int(label.max()) + 1
+        ids = list(self.nodes)
+        order = np.argsort(np.array(ids, dtype=object), kind="stable")  # by name
+        first = np.full(count, len(ids))
+        np.minimum.at(first, label[order], np.arange(len(ids)))
+        number = np.empty(count, dtype=np.int64)
+        number[np.argsort(first)] = np.arange(count)
+        return dict(zip(ids, number[label].tolist()))
 
     def route(self, src: str, dst: str) -> Route:
         key = (src, dst)
@@ -179,65 +257,184 @@ class Topology:
         return self._routes[key]
 
     @cached_property
-    def _routing(self) -> tuple[dict[tuple[str, str], int], list[str], Any]:
+    def _routing(self) -> tuple[dict[tuple[str, str], int], list[str], Digraph]:
         """A directed routing graph as a sparse matrix, in which each rank device is split
         into a source (its edges out) and a sink (its edges in): no GPU relays a peer's
-        copy, so no route passes through one."""
-
-        index: dict[tuple[str, str], int] = {}
-        names: list[str] = []
-
-        def vertex(node: str, role: str) -> int:
-            key = (node, role if self.nodes[node].kind in RANK_KINDS else "")
-            if key not in index:
-                index[key] = len(names)
-                names.append(node)
-            return index[key]
-
-        rows, cols, weights = [], [], []
-        for u, v, attrs in self.graph.edges(data=True):
-            w = _route_weight(attrs)
-            for a, b in ((u, v), (v, u)):
-                rows.append(vertex(a, "out"))
-                cols.append(vertex(b, "in"))
-                weights.append(w)
-        matrix = csr_matrix((weights, (rows, cols)), shape=(len(names), len(names)))
-        return index, names, matrix
+        copy, so no route passes through one. Vertices are numbered as they first appear
+        when the links are taken node by node (file order), each node's links in file order."""
+        ids = list(self.nodes)
+        is_rank = np.array([spec.kind in RANK_KINDS for spec in self.nodes.values()], dtype=np.int64)
+        a, b = self.ends[0::2, 0], self.ends[0::2, 1]
+        order = np.lexsort((np.arange(a.size), np.minimum(a, b)))
+        u, v = np.minimum(a, b)[order], np.maximum(a, b)[order]
+        weight = self._weights[0::2][order]
+        # a vertex key is node * 2 + 1 for the sink of a rank device, node * 2 otherwise
+        u_out, v_in, v_out, u_in = 2 * u, 2 * v + is_rank[v], 2 * v, 2 * u + is_rank[u]
+        sequence = np.stack([u_out, v_in, v_out, u_in], axis=1).ravel()
+        keys, first = np.unique(sequence, return_index=True)
+        keys = keys[np.argsort(first)]  # in order of first appearance
+        vertex = np.empty(2 * len(ids), dtype=np.int64)
+        vertex[keys] = np.arange(keys.size)
+        rows = np.stack([vertex[u_out], vertex[v_out]], axis=1).ravel()
+        cols = np.stack([vertex[v_in], vertex[u_in]], axis=1).ravel()
+        names = [ids[k >> 1] for k in keys.tolist()]
+        index = {(ids[k >> 1], ("in" if k & 1 else "out") if is_rank[k >> 1] else ""): i
+                 for i, k in enumerate(keys.tolist())}
+        return index, names, Digraph(len(names), rows, cols, np.repeat(weight, 2))
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
-        """Routes for many (src, dst) pairs at once: one Dijkstra per distinct source, in C."""
-
+        """Routes for many (src, dst) pairs at once: one search per distinct source, each
+        stopping at its last destination; or, on a graph with hubs (network switches linked
+        to more than HUB_DEGREE nodes, whose every search would cross all of their links),
+        one search from and one to each hub plus one per source that stays off the hubs."""
         missing = sorted({p for p in pairs if p not in self._routes and p[0] != p[1]})
-        index, names, matrix = self._routing
-        sources = sorted({src for src, _ in missing})
-        for first in range(0, len(sources), 256):
-            batch = sources[first:first + 256]
-            src_ids = [index[(s, "out") if self.nodes[s].kind in RANK_KINDS else (s, "")] for s in batch]
-            dist, pred = dijkstra(matrix, directed=True, indices=src_ids, return_predecessors=True)
-            row_of = {s: i for i, s in enumerate(batch)}
-            for src, dst in missing:
-                if src not in row_of:
-                    continue
-                row = row_of[src]
-                target = index[(dst, "in") if self.nodes[dst].kind in RANK_KINDS else (dst, "")]
-                if not np.isfinite(dist[row, target]):
-                    raise UserInputError(
-                        f"no route from {src} to {dst} that does not pass through another GPU",
-                        source=self.source, field="links",
-                    )
-                path = [target]
-                while pred[row, path[-1]] >= 0:
-                    path.append(int(pred[row, path[-1]]))
-                nodes = [names[v] for v in reversed(path)]
-                links = np.array([self._link_index[(u, v)] for u, v in zip(nodes, nodes[1:])], dtype=np.int64)
-                self._routes[(src, dst)] = Route(links, float(self.latency_s[links].sum()),
-                                                 float(self.capacity_Bps[links].min()))
+        if missing:
+            self._search_routes(missing)
         return [self.route(src, dst) for src, dst in pairs]
 
+    def _vertex(self, node: str, role: str) -> int:
+        index = self._routing[0]
+        return index[(node, role) if self.nodes[node].kind in RANK_KINDS else (node, "")]
 
-def _route_weight(attrs: dict[str, Any]) -> float:
+    def _store(self, src: str, dst: str, vertices: list[int]) -> None:
+        names = self._routing[1]
+        nodes = [names[v] for v in vertices]
+        links = np.array([self._link_index[(u, v)] for u, v in zip(nodes, nodes[1:])], dtype=np.int64)
+        self._routes[(src, dst)] = Route(links, float(self.latency_s[links].sum()), float(self.capacity_Bps[links].min()))
+
+    def _no_route(self, src: str, dst: str) -> UserInputError:
+        return UserInputError(f"no route from {src} to {dst} that does not pass through another GPU",
+                              source=self.source, field="links")
+
+    @cached_property
+    def _hub_routing(self) -> "_HubRouting":
+        graph = self._routing[2]
+        hubs = np.flatnonzero(graph.degree() > HUB_DEGREE).tolist()
+        backwards = graph.reversed()
+        from_hub = [dijkstra(graph, [h], high_first=True)[:2] for h in hubs]
+        to_hub = [dijkstra(backwards, [h])[0] for h in hubs]
+        return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs), backwards.out)
+
+    def _search_routes(self, missing: list[tuple[str, str]]) -> None:
+        """The routes Dijkstra's search from each source finds when it takes vertices of
+        equal distance highest first, as scipy's did (gansim's routes before it searched
+        around hubs), so where several routes are equally short the same one is taken.
+        Found without crossing the hubs (network switches linked to more than HUB_DEGREE
+        nodes, whose every search would cross all of their links): one search per source
+        that stays off them, and two per hub (a shortest route through a hub is one to it
+        and one from it). See _Walk."""
+        hub = self._hub_routing
+        graph = self._routing[2]
+        by_source: dict[str, list[str]] = {}
+        for src, dst in missing:
+            by_source.setdefault(src, []).append(dst)
+        for src, dsts in by_source.items():
+            start = self._vertex(src, "out")
+            targets = {dst: self._vertex(dst, "in") for dst in dsts}
+            # it stops at its last target, or has settled everything it reaches off the hubs
+            local_dist, local_pred, _ = dijkstra(graph, [start], targets=targets.values(), skip=hub.skip,
+                                                 high_first=True)
+            via = [(h, to_dist[start], from_dist, from_pred)
+                   for h, (from_dist, from_pred), to_dist in zip(hub.hubs, hub.from_hub, hub.to_hub)
+                   if start in to_dist]
+            walk = _Walk(start, local_dist, local_pred, via, hub, graph)
+            for dst, target in targets.items():
+                path = walk.route(target)
+                if path is None:
+                    raise self._no_route(src, dst)
+                self._store(src, dst, path)
+
+
+@dataclass(frozen=True)
+class _HubRouting:
+    """Per hub (none on a graph without hubs), the distances and predecessors of the search
+    from it and the distances of the search to it; each vertex's incoming edges."""
+
+    hubs: list[int]  # routing vertices
+    from_hub: list[tuple[dict[int, float], dict[int, int]]]
+    to_hub: list[dict[int, float]]
+    skip: frozenset[int]
+    into: list[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
+
+
+class _Walk:
+    """Routes from one source, as its search over the whole graph would give them.
+
+    That search gives each vertex v the predecessor that reaches v at v's distance and is
+    itself nearest to the source, then the highest: a rule of the distances alone. The
+    distance of a vertex is its distance off the hubs, or the distance to a hub plus the
+    distance from it, whichever is shorter. Where every shortest route to v stays off the
+    hubs, the off-hub search's predecessors are that rule's; where every one crosses one
+    hub h, the route to h by the rule and then the search from h's; elsewhere (routes of
+    equal length both ways) the rule itself, walked back from v."""
+
+    def __init__(self, start: int, local_dist: dict[int, float], local_pred: dict[int, int],
+                 via: list[tuple[int, float, dict[int, float], dict[int, int]]], hub: _HubRouting, graph: Digraph):
+        self.start = start
+        self.local_dist, self.local_pred, self.via, self.hub, self.graph = local_dist, local_pred, via, hub, graph
+        self._to_hub: dict[int, list[int]] = {}
+
+    def route(self, target: int) -> list[int] | None:
+        """The vertices of the route from the source to `target` (None: no route)."""
+        best, best_hub, tie = self.local_dist.get(target, np.inf), -1, False
+        for i, (_, to_hub, from_dist, _) in enumerate(self.via):
+            d = to_hub + from_dist.get(target, np.inf)
+            if d < best:
+                best, best_hub, tie = d, i, False
+            elif d == best:
+                tie = True
+        if not np.isfinite(best):
+            return None
+        if tie:
+            return self._walk_back(target)
+        if best_hub < 0:
+            return path_to(self.local_pred, self.start, target)
+        h, _, _, from_pred = self.via[best_hub]
+        return self._route_to_hub(h) + path_to(from_pred, h, target)[1:]
+
+    def _route_to_hub(self, h: int) -> list[int]:
+        found = self._to_hub.get(h)
+        if found is None:
+            dh = self.distance(h)
+            if any(other != h and to_hub + from_dist.get(h, np.inf) == dh for other, to_hub, from_dist, _ in self.via):
+                found = self._walk_back(h)  # a route as short crosses another hub
+            else:
+                # the last vertex before h is one reached off the hubs, and so is every
+                # vertex of every shortest route to it
+                edges = [(u, weight) for u in self.local_dist for w, weight in self.graph.out[u] if w == h]
+                found = path_to(self.local_pred, self.start, self._pred(h, edges)) + [h]
+            self._to_hub[h] = found
+        return found
+
+    def distance(self, v: int) -> float:
+        best = self.local_dist.get(v, np.inf)
+        for _, to_hub, from_dist, _ in self.via:
+            d = to_hub + from_dist.get(v, np.inf)
+            if d < best:
+                best = d
+        return best
+
+    def _pred(self, v: int, edges: list[tuple[int, float]]) -> int:
+        """Of the vertices with an edge to v that reach v at its distance, the nearest, then
+        the highest."""
+        dv = self.distance(v)
+        best, best_d = -1, np.inf
+        for u, weight in edges:
+            du = self.distance(u)
+            if du + weight == dv and (du < best_d or (du == best_d and u > best)):
+                best, best_d = u, du
+        return best
+
+    def _walk_back(self, target: int) -> list[int]:
+        path = [target]
+        while path[-1] != self.start:
+            path.append(self._pred(path[-1], self.hub.into[path[-1]]))
+        return path[::-1]
+
+
+def _route_weight(latency_us: np.ndarray) -> np.ndarray:
     # latency first (whole picoseconds), then the hop count breaks ties
-    return round(attrs["latency_us"] * 1e6) * 1e6 + 1.0
+    return np.round(latency_us * 1e6) * 1e6 + 1.0
 
 
 def load_topology(name_or_path: str, *, source: str | None = None, field: str | None = None) -> Topology:
@@ -252,7 +449,7 @@ def topology_from_dict(data: dict[str, Any], source: str) -> Topology:
         built = generate(spec.generator, spec.params, source=source)
         try:
             nodes = [parse(NodeSpec, n, f"nodes[{i}]") for i, n in enumerate(built["nodes"])]
-            links = [parse(LinkSpec, link, f"links[{i}]") for i, link in enumerate(built["links"])]
+            links: Sequence[Any] = _generated_links(built["links"])
         except UserInputError as err:  # a figure derived from the parameters (bricks x bandwidth)
             raise UserInputError(f"generator {spec.generator!r} builds {err.source}.{err.field} out of range: "
                                  f"{err.message}", source=source, field="params") from None
@@ -263,6 +460,19 @@ def topology_from_dict(data: dict[str, Any], source: str) -> Topology:
         limits.TOPOLOGY_NODES.check(len(nodes), source=source, field="nodes")
         limits.TOPOLOGY_LINKS.check(len(links), source=source, field="links")
     return Topology.from_specs(spec, nodes, links, source)
+
+
+def _generated_links(links: list[dict[str, Any]]) -> list[Link]:
+    """A generator's links, checked as a topology file's are (LinkSpec) but each distinct
+    (kind, bandwidth, latency) once: a generator of 16,384 GPUs makes 80,000 links of a few
+    kinds, and one pydantic model per link took seconds."""
+    checked: set[tuple[Any, Any, Any]] = set()
+    for i, link in enumerate(links):
+        figures = (link["kind"], link["bandwidth_GBps"], link["latency_us"])
+        if figures not in checked:
+            parse(LinkSpec, link, f"links[{i}]")
+            checked.add(figures)
+    return [Link(**link) for link in links]
 
 
 def summarize(topo: Topology) -> dict[str, Any]:
@@ -292,6 +502,8 @@ def summarize(topo: Topology) -> dict[str, Any]:
 def bisection(topo: Topology) -> dict[str, Any]:
     """Bandwidth (per direction) of the minimum cut between the first half of the ranks and
     the second half, in rank order: what an all-to-all across the two halves can use."""
+    import networkx as nx  # only `gansim topology show` needs it (see Topology.graph)
+
     ranks = topo.ranks
     half = len(ranks) // 2
     if half == 0:

@@ -49,12 +49,6 @@ OPTIMIZER_STATES = {"adam": 2, "momentum": 1, "sgd": 0}
 # Bytes each gradient element travels as in the all-reduce.
 _GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
 
-# Device memory bandwidth, GB/s, for the quantize/dequantize cost (memory-bound kernels):
-# GeForce GTX 1080 Ti 484 GB/s (NVIDIA GTX 1080 Ti specifications, 2017); Tesla V100 SXM2
-# 900 GB/s (NVIDIA Tesla V100 datasheet, 2017); A100 40GB 1,555 GB/s (NVIDIA A100 datasheet, 2020).
-DEVICE_MEMORY_BANDWIDTH_GBps = {"1080 Ti": 484.0, "V100": 900.0, "A100": 1555.0}
-
-
 # ----------------------------------------------------------------------------- step-model helpers
 def bytes_per_gradient_element(dtype: str) -> int:
     """Bytes one gradient element occupies on the wire: fp32 4, fp16 2, int8 1."""
@@ -62,16 +56,6 @@ def bytes_per_gradient_element(dtype: str) -> int:
         return _GRADIENT_BYTES[dtype]
     except KeyError:
         raise ValueError(f"unknown gradient dtype {dtype!r}; allowed: {', '.join(_GRADIENT_BYTES)}") from None
-
-
-def memory_bandwidth_GBps(model: str | None) -> float | None:
-    """The device's memory bandwidth from its model name, or None when not in the table."""
-    if not model:
-        return None
-    for key, value in DEVICE_MEMORY_BANDWIDTH_GBps.items():
-        if key.lower() in model.lower():
-            return value
-    return None
 
 
 def quantize_seconds(elements: float, dtype: str, memory_bandwidth_GBps: float, *, launch_s: float = 5e-6) -> float:

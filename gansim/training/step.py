@@ -10,6 +10,7 @@ import numpy as np
 import simpy
 
 from gansim.collectives.communicator import CollectiveSpan, Communicator
+from gansim.collectives import uncontended as uncontended_plays
 from gansim.core.config import TrainingOptions
 from gansim.core.units import MiB
 from gansim.network.cluster import Cluster
@@ -27,7 +28,6 @@ from gansim.network.engine import (
 )
 from gansim.training.memory import (
     bytes_per_gradient_element,
-    memory_bandwidth_GBps,
     quantize_seconds,
     recompute_extra_forward,
 )
@@ -62,6 +62,19 @@ class RunTimeline:
     steps: int
     gradient_bytes_per_step: float
 
+    def carried_per_resource(self) -> np.ndarray:
+        """Work every resource carried over the run (bytes on links, seconds on compute):
+        its flows on the flow network, and the transfers of collectives played without it."""
+        g = self.graph
+        flows = g.kind == FLOW
+        routes, amounts = [g.route[flows]], [g.amount[flows]]
+        for span in self.spans:
+            if span.play is not None:
+                route, carried = span.play.carried()
+                routes.append(route)
+                amounts.append(carried)
+        return self.cluster.network.carried_per_resource(np.concatenate(routes), np.concatenate(amounts))
+
 
 def ddp_buckets(tensor_bytes: list[float], first_bucket: float, bucket: float) -> list[float]:
     """PyTorch DDP's bucket assignment: tensors in gradient-ready order fill a bucket until
@@ -87,7 +100,8 @@ class StepBuilder:
         self.comm = comm
         self.point = point
         self.ranks = np.arange(cluster.ranks)
-        bandwidths = [memory_bandwidth_GBps(cluster.topology.nodes[n].model) for n in cluster.rank_nodes]
+        # the topology's datasheet figure (NodeSpec.memory_bandwidth_GBps), the one source of it
+        bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
 
@@ -172,7 +186,7 @@ class StepBuilder:
         prep = graph.add(FLOW, cluster.loader_route, phases.data_host_s * cluster.loader_scale, self.ranks, DATA,
                          "data: host prep")
         graph.depend(after, prep)
-        h2d_routes = np.array([cluster.h2d_route(r) for r in range(cluster.ranks)], dtype=np.int64)
+        h2d_routes = cluster.h2d_routes()
         if (h2d_routes >= 0).all() and phases.sample_bytes > 0:
             copy = graph.add(FLOW, h2d_routes, phases.sample_bytes * phases.batch, self.ranks, DATA,
                              "data: host-to-device")
@@ -199,14 +213,34 @@ def wire_bytes_per_param(workload: GanWorkload, options: TrainingOptions) -> flo
 
 
 def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
-             gamma_s_per_byte: float) -> RunTimeline:
-    """Build and play the run. `cluster_factory(env)` makes the machine in a fresh env."""
+             gamma_s_per_byte: float, *, keep_transfers: int = 0, uncontended: bool = True) -> RunTimeline:
+    """Build and play the run. `cluster_factory(env)` makes the machine in a fresh env.
+    Large all-reduces that nothing contends with are played without the flow network
+    (gansim/collectives/uncontended.py), keeping their first `keep_transfers` transfers for
+    the details; if, after the run, something turns out to have shared their links, the run
+    is played again with every transfer on the flow network."""
+    threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
+    timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold)
+    plays = [span.play for span in timeline.spans if span.play is not None]
+    if plays:
+        g, ex = timeline.graph, timeline.execution
+        flows = np.flatnonzero(g.kind == FLOW)
+        row, resource = timeline.cluster.network.route_pairs(g.route[flows])
+        if uncontended_plays.contended(plays, resource, ex.start[flows][row], ex.end[flows][row]):
+            timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None)
+    return timeline
+
+
+def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
+              gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None) -> RunTimeline:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
     element_bytes = bytes_per_gradient_element(point.options.gradient_dtype)
     comm = Communicator(cluster, graph, point.algorithm, point.cost_model, chunks=point.options.chunks,
-                        gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes)
+                        gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
+                        nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto,
+                        uncontended_min_transfers=uncontended_min_transfers, keep_transfers=keep_transfers)
     builder = StepBuilder(cluster, graph, comm, point)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []

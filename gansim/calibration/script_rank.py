@@ -1,0 +1,345 @@
+"""What one rank of ``gansim calibrate --script`` runs: the user's own training script, its
+phases timed through :mod:`gansim.calibration.instrument`, its communication recorded.
+
+The rank sets the environment ``torchrun`` would (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR/PORT, and TORCHELASTIC_USE_AGENT_STORE, because the parent hosts the rendezvous
+store as torchrun's agent does), then runs the script as ``__main__`` with its arguments.
+The script initialises its own process group. While it runs:
+
+- ``phase(...)`` markers and ``torch.profiler.record_function`` labels named like the
+  calibrator's phases are timed per step (``torch.cuda.synchronize`` around each on GPU);
+  ``step()`` closes a step; after ``steps`` steps the run stops (a ``BaseException`` that
+  user code does not catch by accident), so the script needs no step-count argument;
+- every DistributedDataParallel gets a communication hook that records each gradient bucket
+  it all-reduces (bytes, the phase it was issued in) and then does what DDP does without a
+  hook (``allreduce_hook``, documented by PyTorch as equivalent); a hook the user registers
+  is wrapped the same way. DDP's buffer broadcasts and explicit ``dist.all_reduce`` calls
+  are recorded too;
+- in the last warm-up step each phase's FLOPs and bytes are counted
+  (:mod:`gansim.calibration.costs`, as the built-in loop counts them), for the roofline
+  that moves a profile to another device.
+
+A phase opened and not closed before the next ``step()``, a phase opened inside another,
+or an unknown ``phase()`` label raise :class:`ScriptMarkupError` (a user-input error: exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import runpy
+import sys
+import time
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from gansim.calibration import instrument
+from gansim.calibration.costs import PhaseCosts, tensor_bytes
+from gansim.calibration.faults import Reporter
+from gansim.calibration.phases import STEP
+from gansim.calibration.run_config import RankPlace, RunConfig, ScriptMarkupError, ScriptSpec
+
+#: Time of a step outside every marked phase (it is added to data_s, and kept on its own).
+UNLABELLED = "unlabelled_s"
+
+
+class EnoughSteps(BaseException):
+    """Raised by ``step()`` once the run has its steps: unwinds the user's script."""
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class StepRecorder:
+    """Times the marked phases of each step of one rank and records its collectives."""
+
+    def __init__(self, steps: int, warmup: int, reporter: Optional[Reporter] = None):
+        self.steps = steps
+        self.warmup = warmup
+        self.reporter = reporter
+        self.clock = time.perf_counter
+        self.index = -1  # the step under way; -1 before the first step()
+        self.step_start = 0.0
+        self.open_name: Optional[str] = None
+        self.open_label = ""
+        self.open_at = 0.0
+        self.current: dict[str, float] = {}
+        self.occurrence: dict[str, int] = {}
+        self.samples: dict[str, list[float]] = {}
+        self.collectives: list[dict] = []  # kept steps: {step, op, phase, occurrence, owner, bytes}
+        self.costs: dict[str, dict[str, float]] = {}  # per phase occurrence, from the counted step
+        self.counter: Optional[PhaseCosts] = None  # while the last warm-up step runs
+        self.batch_size: Optional[int] = None
+        self.quiet = 0  # >0 while a recorded hook issues its own collective
+        self.d_steps: list[int] = []
+        self.ddp_modules: list[Any] = []
+        self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
+
+    # ------------------------------------------------------------------ phases
+    def open(self, label: str, strict: bool = False) -> None:
+        name = instrument.phase_name(label)
+        if name is None:
+            if strict:
+                raise ScriptMarkupError(f"phase({label!r}): unknown phase; allowed: "
+                                        f"{', '.join(instrument.PHASE_LABELS)}")
+            return  # another record_function label: part of whatever encloses it
+        if self.index < 0:
+            return  # before the first step(): set-up, not timed
+        if self.open_name is not None:
+            raise ScriptMarkupError(f"phase {label!r} opened inside phase {self.open_label!r} "
+                                    f"(step {self.index}); phases do not nest")
+        _sync()
+        self.open_name, self.open_label = name, label
+        self.occurrence[name] = self.occurrence.get(name, 0) + 1
+        if self.reporter is not None:
+            self.reporter.set(name)
+        if self.index == self.warmup - 1:
+            self.counter = self.counter or PhaseCosts()
+            self.counter.start(name)
+        self.open_at = self.clock()
+
+    def close(self, label: str, failed: bool = False) -> None:
+        name = instrument.phase_name(label)
+        if name is None or self.open_name != name or failed:
+            return  # an exception leaves the phase open: the failure names it
+        _sync()
+        elapsed = self.clock() - self.open_at
+        if self.counter is not None:
+            self.counter.stop()
+        self.current[name] = self.current.get(name, 0.0) + elapsed
+        self.open_name = None
+        if self.reporter is not None:
+            self.reporter.set("script")
+
+    # ------------------------------------------------------------------ steps
+    def step(self, batch_size: Optional[int] = None) -> None:
+        if self.open_name is not None:
+            raise ScriptMarkupError(f"phase {self.open_label!r} was opened in step {self.index} and not "
+                                    "closed before the next step() (use `with phase(...):`)")
+        _sync()
+        now = self.clock()
+        if self.index >= 0:
+            self._end_step(now)
+        if batch_size is not None:
+            self.batch_size = int(batch_size)
+        self.index += 1
+        if self.reporter is not None:
+            self.reporter.set_step(self.index)
+            self.reporter.set("script")
+        if self.index >= self.steps:
+            raise EnoughSteps()
+        self.current = {}
+        self.occurrence = {}
+        self.step_start = self.clock()
+
+    def _end_step(self, now: float) -> None:
+        if self.counter is not None:  # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
+            self.costs = self.counter.per_occurrence(self.occurrence)
+            self.counter = None
+        if self.index < self.warmup:
+            return
+        total = now - self.step_start
+        k = max(1, self.occurrence.get("d_forward_s", self.occurrence.get("d_backward_s", 1)))
+        self.d_steps.append(k)
+        labelled = sum(self.current.values())
+        record = {name: (t / k if name.startswith("d_") else t) for name, t in self.current.items()}
+        record[UNLABELLED] = max(0.0, total - labelled)
+        record["data_s"] = record.get("data_s", 0.0) + record[UNLABELLED]
+        record[STEP] = total
+        for name, value in record.items():
+            self.samples.setdefault(name, []).append(value)
+
+    def collective(self, op: str, nbytes: int, owner: str) -> None:
+        if self.quiet or self.index < self.warmup:
+            return
+        name = self.open_name or ""
+        self.collectives.append({"step": self.index, "op": op, "phase": name,
+                                 "occurrence": self.occurrence.get(name, 0), "owner": owner,
+                                 "bytes": int(nbytes)})
+
+    def payload(self) -> dict:
+        kept = len(self.samples.get(STEP, []))
+        # every kept step has the same phases (a phase missing in one step counts 0 there)
+        samples = {name: values + [0.0] * (kept - len(values)) if len(values) < kept else values
+                   for name, values in self.samples.items()}
+        return {"samples": samples, "collectives": self.collectives, "costs": self.costs,
+                "batch_size": self.batch_size, "d_steps": self.d_steps, "steps_seen": self.index + 1,
+                "ddp_buckets": self.ddp_buckets}
+
+
+# ---------------------------------------------------------------------------- patches
+@contextlib.contextmanager
+def recording(rec: StepRecorder):
+    """Install the markers, the record_function timing and the communication recording for
+    the duration of the script; everything is restored afterwards."""
+    from torch.autograd import profiler as autograd_profiler
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original_rf = autograd_profiler.record_function
+
+    class TimedRecordFunction(original_rf):  # type: ignore[misc, valid-type]
+        def __enter__(self):
+            out = super().__enter__()
+            rec.open(self.name)
+            return out
+
+        def __exit__(self, exc_type, *exc):
+            rec.close(self.name, failed=exc_type is not None)
+            return super().__exit__(exc_type, *exc)
+
+    owners: dict[int, str] = {}
+
+    def owner_of(ddp) -> str:
+        return owners.setdefault(id(ddp), f"ddp{len(owners)}")
+
+    def ddp_logged_buckets(ddp) -> list[int]:
+        """The buckets DDP itself logged (after its rebuild in the first iteration)."""
+        data = ddp._get_ddp_logging_data()
+        text = str(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or "")
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+
+    def recorded(hook, ddp):
+        def run(state, bucket):
+            rec.collective("allreduce", tensor_bytes(bucket.buffer()), owner_of(ddp))
+            rec.quiet += 1
+            try:
+                return hook(state, bucket)
+            finally:
+                rec.quiet -= 1
+        return run
+
+    original_init = DDP.__init__
+    original_register = DDP.register_comm_hook
+    original_sync_buffers = DDP._sync_buffers
+    original_all_reduce = dist.all_reduce
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        owner_of(self)
+        rec.ddp_modules.append(self)
+        self._gansim_hooked = False
+
+        def first_forward(module, inputs):
+            if not module._gansim_hooked:  # the user registered none before the first forward
+                module._gansim_hooked = True
+                original_register(module, module.process_group, recorded(default_hooks.allreduce_hook, module))
+        self._gansim_pre_forward = self.register_forward_pre_hook(first_forward)
+
+    def register_comm_hook(self, state, hook):
+        self._gansim_hooked = True
+        wrapped = recorded(hook, self)
+        wrapped.__qualname__ = getattr(hook, "__qualname__", "hook")
+        wrapped.__wrapped__ = hook  # DDP checks the user's hook's signature
+        return original_register(self, state, wrapped)
+
+    def sync_buffers(self):
+        rec.collective("broadcast", tensor_bytes(list(self.modules_buffers)), owner_of(self))
+        rec.quiet += 1
+        try:
+            return original_sync_buffers(self)
+        finally:
+            rec.quiet -= 1
+
+    def all_reduce(tensor, *args, **kwargs):
+        rec.collective("allreduce", tensor_bytes(tensor), "explicit")
+        return original_all_reduce(tensor, *args, **kwargs)
+
+    original_init_group = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        check_confined(inspect.signature(original_init_group).bind(*args, **kwargs).arguments)
+        return original_init_group(*args, **kwargs)
+
+    saved = [(autograd_profiler, "record_function", original_rf), (dist, "init_process_group", original_init_group),
+             (torch.profiler, "record_function", torch.profiler.record_function),
+             (DDP, "__init__", original_init), (DDP, "register_comm_hook", original_register),
+             (DDP, "_sync_buffers", original_sync_buffers), (dist, "all_reduce", original_all_reduce)]
+    autograd_profiler.record_function = TimedRecordFunction
+    torch.profiler.record_function = TimedRecordFunction
+    DDP.__init__ = init
+    DDP.register_comm_hook = register_comm_hook
+    DDP._sync_buffers = sync_buffers
+    dist.all_reduce = all_reduce
+    dist.init_process_group = init_process_group
+    instrument.install(rec)
+    try:
+        yield rec
+    finally:
+        rec.ddp_buckets = {owner_of(m): ddp_logged_buckets(m) for m in rec.ddp_modules}
+        rec.ddp_modules = []
+        instrument.install(None)
+        for obj, attr, value in saved:
+            setattr(obj, attr, value)
+
+
+def check_confined(arguments: dict) -> None:
+    """A script's init_process_group must form the world gansim describes in its environment
+    (RANK, WORLD_SIZE, MASTER_ADDR/PORT: env://), or a world size smaller than torchrun's, or
+    the one-rank copies, cannot run on the ranks given them: refuse it at once (a user-input
+    error) rather than hang waiting for ranks that never come."""
+    method = arguments.get("init_method")
+    own = []
+    if arguments.get("store") is not None:
+        own.append("its own store=")
+    if method not in (None, "env://"):
+        own.append(f"init_method={method!r}")
+    for name, var in (("world_size", "WORLD_SIZE"), ("rank", "RANK")):
+        value = arguments.get(name, -1)
+        if value not in (-1, None) and str(value) != os.environ.get(var):
+            own.append(f"{name}={value} (gansim gives {var}={os.environ.get(var)})")
+    if own:
+        raise ScriptMarkupError(
+            f"the script's init_process_group uses {', '.join(own)}: gansim runs each world size on ranks of "
+            "their own that meet through RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, so the script cannot "
+            "be confined to them; call init_process_group(backend) (env://, as under torchrun)")
+
+
+def script_environment(place: RankPlace, spec: ScriptSpec, cfg: RunConfig, host: str, port: int) -> dict[str, str]:
+    """What torchrun would set for this rank (a one-rank copy: rank 0 of a world of 1, on the
+    GPU of its place). The rendezvous store at host:port is hosted by a gansim process, as
+    torchrun's agent hosts its own (TORCHELASTIC_USE_AGENT_STORE)."""
+    if spec.solo:
+        env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+               "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1"}
+        if cfg.backend == "nccl":  # each copy on the GPU of its place (set before CUDA starts)
+            env["CUDA_VISIBLE_DEVICES"] = str(place.local_rank)
+    else:
+        env = {"RANK": str(place.rank), "WORLD_SIZE": str(place.world_size), "LOCAL_RANK": str(place.local_rank),
+               "LOCAL_WORLD_SIZE": str(place.local_world_size), "GROUP_RANK": str(place.node),
+               "ROLE_RANK": str(place.rank), "ROLE_WORLD_SIZE": str(place.world_size)}
+    return {**env, "MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+
+def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -> dict:
+    """Run the user's script in this process until it has `cfg.steps` steps (or ends);
+    return this rank's payload. The script's process group is destroyed afterwards."""
+    rec = StepRecorder(cfg.steps, cfg.warmup, reporter)
+    argv, path0 = sys.argv, sys.path[0] if sys.path else None
+    sys.argv = [spec.path, *spec.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(spec.path)))
+    try:
+        with recording(rec):
+            try:
+                runpy.run_path(spec.path, run_name="__main__")
+            except EnoughSteps:
+                pass
+    finally:
+        sys.argv = argv
+        if sys.path and sys.path[0] != path0:
+            sys.path.pop(0)
+    if rec.index < cfg.steps:
+        raise ScriptMarkupError(
+            f"the script ended after {max(0, rec.index + 1)} step() call(s); calibrating needs "
+            f"--steps {cfg.steps} (call gansim.calibration.step() at the start of every training "
+            "step, and let the script run at least that many steps, or lower --steps)")
+    payload = rec.payload()
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # no rank tears the group down while a peer still uses it
+        dist.destroy_process_group()
+    return payload

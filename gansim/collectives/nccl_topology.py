@@ -1,0 +1,616 @@
+"""NCCL's view of the machine a run uses: what its topology detection and graph search
+(NVIDIA/nccl v2.30.7-1, src/graph/topo.cc, paths.cc, search.cc, connect.cc) make of the
+topology file's links, so that the tuning model (gansim/collectives/nccl_tuning.py) can choose
+as NCCL does and the flow model (gansim/collectives/nccl.py) can play what NCCL runs.
+
+From line rates to NCCL's figures (per direction):
+- NVLink: NCCL counts each link at a per-generation figure (src/graph/topo.h: SM60_NVLINK_BW
+  18, SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1 GB/s; topo.cc ncclTopoNVLinkBw) against
+  a line rate of 20/25/25/14.06/25/50 GB/s (gansim/topology/devices.py). Its maintainers call
+  the difference protocol overhead: "450GB/s is the line rate. With the protocol overhead
+  (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (S. Jeaugey,
+  https://github.com/NVIDIA/nccl-tests/issues/212). A link's NCCL figure is its line rate
+  times that ratio.
+- PCIe: NCCL reads the link's speed and width from sysfs and counts 60 (x 100 Mb/s) per lane
+  at 8 GT/s, 120 at 16 GT/s, 240 at 32 GT/s, divided by 80 (topo.cc, kvDictPciGen and
+  ncclTopoAddPci: bw = width * speed / 80): 12 GB/s for a x16 Gen3 link (topo.h PCI_BW "PCI
+  Gen3 x16"), 24 for Gen4, 48 for Gen5, against line rates of 15.75 / 31.5 / 63.0 GB/s: the
+  ratio is 12 / 15.75 for every generation.
+- Network: NCCL takes the port's speed (topo.cc: net bw = speed in Mb/s / 8000), i.e. the
+  line rate itself.
+
+Transports (paths.cc ncclTopoCheckP2p): two GPUs of one machine use P2P when their path is at
+most PXB (NVLink, or PCIe switches without crossing a CPU); otherwise, or when a GPU cannot do
+peer-to-peer, NCCL "diverts all traffic through the CPU" (paths.cc, addInterStep) with its SHM
+transport, whose buffer lives in the receiver's host memory (src/transport/shm.cc,
+NCCL_SHM_LOCALITY default SHM_RECV_SIDE): the sender writes it over PCIe, the receiver reads it.
+On AMD hosts with at most two GPUs P2P is allowed up to SYS (ncclTopoCheckP2p).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from gansim.core.errors import UserInputError
+from gansim.topology.devices import compute_capability, cpu_vendor, nvlink_line_rate_GBps
+from gansim.topology.graph import Topology
+
+# NCCL's path types, in its order (src/graph/topo.h): a path's type is its worst hop
+PATH_LOC, PATH_NVL, PATH_NVB, PATH_C2C, PATH_PIX, PATH_PXB, PATH_PXN, PATH_P2C, PATH_PHB, PATH_SYS, PATH_NET = range(11)
+PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS", "NET")
+
+# src/graph/topo.h: NCCL's NVLink figure per link, GB/s, by compute capability (x 10)
+SM60_NVLINK_BW, SM70_NVLINK_BW, SM80_NVLINK_BW, SM86_NVLINK_BW, SM90_NVLINK_BW, SM100_NVLINK_BW = (
+    18.0, 20.0, 20.0, 12.0, 20.6, 40.1)
+# topo.h PCI_BW: "PCI Gen3 x16" = 16 lanes x 60 (x 100 Mb/s) / 80; the line rate is 15.75 GB/s
+PCI_BW, PCIE3_X16_LINE_RATE_GBps = 12.0, 15.75
+# topo.h LOC_BW: a GPU alone (no communication)
+LOC_BW = 5000.0
+
+# search.cc: the per-channel bandwidths the search tries, highest first
+SPEED_ARRAY_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+SPEED_ARRAY_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2,
+                     0.24, 0.12)
+SM90_SPEED_ARRAY_INTRA = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+SM90_SPEED_ARRAY_INTER = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
+                          0.12)
+SM100_SPEED_ARRAY_INTRA = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
+SM100_SPEED_ARRAY_INTER = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
+                           3.0, 2.4, 1.2, 0.24, 0.12)
+# init.cc: the ring search may find up to MAXCHANNELS / 2 channels; connect.cc then doubles
+# them (comm->nChannels = min(MAXCHANNELS, 2 nChannels)); device.h MAXCHANNELS 64.
+MAXCHANNELS = 64
+RING_MAX_CHANNELS = 32
+NCCL_MAX_NVLS_ARITY = 32  # device.h
+# search.cc bounds how long it looks (NCCL_SEARCH_TIMEOUT 1 << 14 steps); so do we
+SEARCH_BUDGET = 1 << 14
+# What SHM gets of a PCI path: "using NICs instead of SHM you would always stay within the PCI
+# switch and achieve 12GB/s instead of 9 or 6" (S. Jeaugey on a 12 GB/s PCIe 3.0 system,
+# https://github.com/NVIDIA/nccl/issues/406): 9 of 12 through one CPU (PHB), 6 across two (SYS).
+SHM_FRACTION = {PATH_PHB: 9.0 / 12.0, PATH_SYS: 6.0 / 12.0}
+
+
+def shm_fraction(path_type: int) -> float:
+    """The share of its PCI bandwidth an SHM hop gets (1 for other transports' paths)."""
+    return SHM_FRACTION[PATH_SYS] if path_type >= PATH_SYS else SHM_FRACTION[PATH_PHB]
+
+
+def nvlink_nccl_bw(capability: int) -> float:
+    """NCCL's figure for one NVLink (topo.h ncclTopoNVLinkBw)."""
+    if capability >= 100:
+        return SM100_NVLINK_BW
+    if capability >= 90:
+        return SM90_NVLINK_BW
+    if capability == 86:
+        return SM86_NVLINK_BW
+    if capability >= 80:
+        return SM80_NVLINK_BW
+    if capability >= 70:
+        return SM70_NVLINK_BW
+    if capability >= 60:
+        return SM60_NVLINK_BW
+    return SM80_NVLINK_BW
+
+
+def link_efficiency(kind: str, capability: int) -> float:
+    """NCCL's bandwidth over the line rate on a link of this kind (module docstring)."""
+    if kind == "nvlink":
+        return nvlink_nccl_bw(capability) / nvlink_line_rate_GBps(capability)
+    if kind == "pcie":
+        return PCI_BW / PCIE3_X16_LINE_RATE_GBps
+    return 1.0
+
+
+def speed_arrays(capability: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """search.cc ncclTopoCompute: (intra-node, inter-node) speed arrays for this GPU generation."""
+    if capability >= 100:
+        return SM100_SPEED_ARRAY_INTRA, SM100_SPEED_ARRAY_INTER
+    if capability >= 90:
+        return SM90_SPEED_ARRAY_INTRA, SM90_SPEED_ARRAY_INTER
+    return SPEED_ARRAY_INTRA, SPEED_ARRAY_INTER
+
+
+@dataclass(frozen=True)
+class Hop:
+    """How NCCL moves bytes from one rank to another: the directed links crossed (a host
+    memory's pseudo-link included for SHM, as None entries are not allowed: see `memory`),
+    NCCL's path type and transport."""
+
+    links: tuple[int, ...]
+    path_type: int
+    transport: str  # "p2p" | "shm" | "net"
+    memory: str | None = None  # the host whose DRAM an SHM hop writes and reads
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The result of one of NCCL's graph searches (src/graph/search.cc ncclTopoGraph)."""
+
+    pattern: str  # ring | tree | nvls
+    channels: int
+    bw_intra: float  # GB/s per channel
+    bw_inter: float
+    type_intra: int
+    type_inter: int
+    orders: tuple[tuple[int, ...], ...] = ()  # ring: per channel, the global rank order
+    nics: tuple[tuple[int, int], ...] = ()  # ring (multi-node): per channel, (NIC in, NIC out) index per node
+
+
+@dataclass
+class NcclMachine:
+    """NCCL's view of the first `ranks` rank devices of a topology."""
+
+    topology: Topology
+    ranks: int
+    nodes: list[list[int]]  # ranks per machine, in rank order
+    capability: int  # NCCL's minCompCap (x 10)
+    max_capability: int
+    cpu_vendor: str
+    nvswitch: bool  # every machine's GPUs hang off an NVSwitch
+    nvls_supported: bool
+    nics: list[list[str]]  # per machine, its NIC node ids (those with a network link)
+    _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
+    _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, topology: Topology, ranks: int) -> "NcclMachine":
+        nodes_of = topology.ranks[:ranks]
+        machine = topology.machine_of
+        groups: dict[int, list[int]] = {}
+        for r, node in enumerate(nodes_of):
+            groups.setdefault(machine[node], []).append(r)
+        caps = []
+        for node in nodes_of:
+            spec = topology.nodes[node]
+            if spec.kind != "gpu":
+                raise UserInputError(f"the nccl algorithm runs on GPUs; {node!r} is a {spec.kind}",
+                                     source=topology.source, field="algorithms")
+            cap = compute_capability(spec)
+            caps.append(cap if cap is not None else 70)  # unknown GPUs: Volta's figures (an assumption)
+        hosts = [n for n, s in topology.nodes.items() if s.kind == "host"]
+        vendor = cpu_vendor(topology.nodes[hosts[0]]) if hosts else "intel"
+        nvswitches = [n for n, s in topology.nodes.items() if s.kind == "nvswitch"]
+        on_switch = bool(nvswitches) and all(any(topology.nodes[m].kind == "nvswitch" for m in topology.neighbors(g))
+                                             for g in nodes_of)
+        sharp = on_switch and all(
+            topology.nodes[s].nvlink_sharp if topology.nodes[s].nvlink_sharp is not None else min(caps) >= 90
+            for s in nvswitches)
+        on_net: dict[int, list[str]] = {}  # per machine, its NICs (nodes with a network link)
+        for n, spec in topology.nodes.items():
+            if spec.kind == "nic" and any(topology.link_kind(n, m) == "net" for m in topology.neighbors(n)):
+                on_net.setdefault(machine[n], []).append(n)
+        nics: list[list[str]] = []
+        for key, members in groups.items():
+            found = sorted(on_net.get(key, []))
+            if not found:
+                # a GPU linked to the network itself (one on a network switch: the switch
+                # generator) is its machine's NIC, reached without a PCIe hop
+                found = [nodes_of[r] for r in members
+                         if any(topology.link_kind(nodes_of[r], m) == "net" for m in topology.neighbors(nodes_of[r]))]
+            nics.append(found)
+        return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
+                   # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
+                   # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
+                   bool(sharp and min(caps) >= 90), nics)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    @cached_property
+    def rank_nodes(self) -> list[str]:
+        return self.topology.ranks[:self.ranks]
+
+    # ------------------------------------------------------------------ links and paths
+    def nccl_bw(self, link: int) -> float:
+        """NCCL's figure for a directed link, GB/s."""
+        kind = self.topology.link_kinds[link]
+        return float(self.topology.capacity_Bps[link]) / 1e9 * link_efficiency(kind, self.capability)
+
+    def path_type(self, nodes: list[str]) -> int:
+        """NCCL's type of a path through these topology nodes (paths.cc ncclTopoSetPaths):
+        NVLink only is NVL, one PCIe switch PIX, more PXB, through a CPU PHB, two CPUs SYS."""
+        kinds = [self.topology.nodes[n].kind for n in nodes[1:-1]]
+        link_kinds = {self.topology.link_kind(a, b) for a, b in zip(nodes, nodes[1:])}
+        if "net" in link_kinds:
+            return PATH_NET
+        hosts = kinds.count("host")
+        if hosts >= 2:
+            return PATH_SYS
+        if hosts == 1:
+            return PATH_PHB
+        if link_kinds <= {"nvlink"}:
+            return PATH_NVL
+        return PATH_PXB if kinds.count("pcie_switch") + kinds.count("nic") > 1 else PATH_PIX
+
+    def _route_nodes(self, src: str, dst: str) -> list[str]:
+        route = self.topology.route(src, dst)
+        names = [self.topology.link_names[i] for i in route.links]
+        return [src] + [n.split("->", 1)[1] for n in names]
+
+    def hop(self, a: int, b: int, via_nic: tuple[str, str] | None = None) -> Hop:
+        """How rank a's bytes reach rank b: P2P, SHM through b's host memory, or over the
+        network through the NICs `via_nic` (out of a's machine, into b's)."""
+        key = (a, b, hash(via_nic))
+        found = self._hops.get(key)
+        if found is not None:
+            return found
+        topo = self.topology
+        na, nb = self.rank_nodes[a], self.rank_nodes[b]
+        if via_nic is not None:
+            links: list[int] = []
+            for s, d in ((na, via_nic[0]), (via_nic[0], via_nic[1]), (via_nic[1], nb)):
+                links += topo.route(s, d).links.tolist()
+            found = Hop(tuple(links), PATH_NET, "net")
+        else:
+            nodes = self._route_nodes(na, nb)
+            ptype = self.path_type(nodes)
+            p2p_level = PATH_SYS if (self.cpu_vendor == "amd" and len(self.rank_nodes) <= 2) else PATH_PXB
+            capable = ptype == PATH_NVL or (topo.nodes[na].p2p and topo.nodes[nb].p2p)
+            if ptype == PATH_NET:
+                found = Hop(tuple(topo.route(na, nb).links.tolist()), PATH_NET, "net")
+            elif capable and ptype <= p2p_level:
+                found = Hop(tuple(topo.route(na, nb).links.tolist()), ptype, "p2p")
+            else:
+                host = topo.host_of.get(nb)
+                if host is None:
+                    raise UserInputError(f"{na} and {nb} cannot use peer-to-peer and no host node is near {nb} to "
+                                         "stage their bytes in", source=topo.source, field="nodes")
+                first, second = self._route_nodes(na, host), self._route_nodes(host, nb)
+                links = topo.route(na, host).links.tolist() + topo.route(host, nb).links.tolist()
+                found = Hop(tuple(links), max(self.path_type(first), self.path_type(second), PATH_PHB), "shm",
+                            memory=host)
+        self._hops[key] = found
+        return found
+
+    def hop_bw(self, hop: Hop) -> float:
+        """NCCL's bandwidth of a path: its slowest link (paths.cc: path->bw is the minimum)."""
+        return min((self.nccl_bw(link) for link in hop.links), default=LOC_BW)
+
+    # ------------------------------------------------------------------ search
+    def _gpu_total_bw(self, rank: int) -> float:
+        """search.cc getTotalBw: a GPU's NVLink bandwidth summed, or its PCI link's."""
+        node = self.rank_nodes[rank]
+        nvlink = pci = 0.0
+        for peer in self.topology.neighbors(node):
+            link = self.topology.link_index(node, peer)
+            if self.topology.link_kinds[link] == "nvlink":
+                nvlink += self.nccl_bw(link)
+            elif self.topology.link_kinds[link] == "pcie" and self.topology.nodes[peer].kind != "nic":
+                pci = max(pci, self.nccl_bw(link))
+        return max(pci, nvlink)
+
+    def _nic_bw(self, machine: int, nic: str) -> float:
+        """NCCL's bandwidth of the path from the NIC's nearest GPU to the network."""
+        topo = self.topology
+        net = [topo.link_index(nic, m) for m in topo.neighbors(nic) if topo.link_kind(nic, m) == "net"]
+        local = [r for r in self.nodes[machine] if topo.has_link(self.rank_nodes[r], nic)]
+        to_gpu = [self.nccl_bw(topo.link_index(self.rank_nodes[r], nic)) for r in local]
+        return min([self.nccl_bw(x) for x in net] + ([max(to_gpu)] if to_gpu else []))
+
+    def nics_of(self, machine: int, rank: int) -> list[int]:
+        """Indices of the NICs a rank links to directly (its rail NICs)."""
+        node = self.rank_nodes[rank]
+        return [i for i, nic in enumerate(self.nics[machine]) if nic == node or self.topology.has_link(node, nic)]
+
+    def nic_gpu(self, machine: int, nic: int) -> int | None:
+        """The first rank of a machine that links to NIC `nic` (None: no GPU does)."""
+        name = self.nics[machine][nic]
+        return next((r for r in self.nodes[machine]
+                     if self.rank_nodes[r] == name or self.topology.has_link(self.rank_nodes[r], name)), None)
+
+    def _ring_orders(self, members: list[int], bw: float, max_type: int, want: int) -> list[list[int]]:
+        """Up to `want` rings through the machine's ranks at `bw` GB/s each, no path worse
+        than `max_type` (search.cc ncclTopoSearchRec: every channel starts at the first GPU,
+        tries next GPUs by path bandwidth, then hops, then index; the NCCL bandwidth left on
+        each link is what constrains; depth-first with backtracking within a step budget)."""
+        n = len(members)
+        if n == 1:
+            return [[members[0]]] * want
+        # no GPU can start more channels than its links out carry at bw: stop there
+        want = min(want, min(self._channel_bound(r, members, bw, max_type) for r in members))
+        if want <= 0:
+            return []
+        residual: dict[int, float] = {}
+
+        def fits(hop: Hop, sign: float) -> bool:
+            for link in hop.links:
+                left = residual.setdefault(link, self.nccl_bw(link))
+                if sign > 0 and left < bw - 1e-9:
+                    return False
+            for link in hop.links:
+                residual[link] = round((residual[link] - sign * bw) * 1000) / 1000  # search.cc SUB_ROUND
+            return True
+
+        def candidates(cur: int, used: set[int]) -> list[int]:
+            options = []
+            for i, r in enumerate(members):
+                if r in used:
+                    continue
+                hop = self.hop(cur, r)
+                if hop.path_type > max_type:
+                    continue
+                offset = (members.index(r) - members.index(cur)) % n
+                options.append((-self.hop_bw(hop), len(hop.links), offset, r))
+            options.sort()
+            if self.nvswitch:  # search.cc NextGpuSort: "NVSwitches prefer when we talk to a limited
+                # set of peers": only the next and the previous GPU are tried
+                here = members.index(cur)
+                near = [members[(here + 1) % n], members[(here - 1) % n]]
+                return [r for r in near if any(o[3] == r for o in options)]
+            return [o[3] for o in options]
+
+        budget = [SEARCH_BUDGET]
+        best: list[list[int]] = []
+        chosen: list[list[int]] = []
+
+        def extend(order: list[int], used: set[int]) -> None:
+            nonlocal best
+            if budget[0] <= 0 or len(best) >= want:
+                return
+            budget[0] -= 1
+            cur = order[-1]
+            if len(order) == n:
+                back = self.hop(cur, order[0])
+                if back.path_type <= max_type and fits(back, 1):
+                    chosen.append(list(order))
+                    if len(chosen) > len(best):
+                        best = [list(c) for c in chosen]
+                    if len(chosen) < want:
+                        extend([members[0]], {members[0]})
+                    chosen.pop()
+                    fits(back, -1)
+                return
+            for nxt in candidates(cur, used):
+                hop = self.hop(cur, nxt)
+                if fits(hop, 1):
+                    order.append(nxt)
+                    used.add(nxt)
+                    extend(order, used)
+                    used.discard(nxt)
+                    order.pop()
+                    fits(hop, -1)
+                if len(best) >= want or budget[0] <= 0:
+                    return
+
+        extend([members[0]], {members[0]})
+        return best
+
+    def _channel_bound(self, rank: int, members: list[int], bw: float, max_type: int) -> int:
+        """How many channels of bw can leave a rank at most: every channel's hop out of it
+        starts on one of the links its allowed paths start with."""
+        first = {self.hop(rank, other).links[0] for other in members
+                 if other != rank and self.hop(rank, other).path_type <= max_type and self.hop(rank, other).links}
+        return sum(int(self.nccl_bw(link) / bw + 1e-9) for link in first)
+
+    def _min_type(self, members: list[int]) -> int:
+        if len(members) < 2:
+            return PATH_LOC
+        return min(self.hop(a, b).path_type for a in members for b in members if a != b)
+
+    def _max_type(self, members: list[int]) -> int:
+        if len(members) < 2:
+            return PATH_LOC
+        return max(self.hop(a, b).path_type for a in members for b in members if a != b)
+
+    def _channels_at(self, bw: float, max_type: int, want: int) -> tuple[int, list[list[int]]]:
+        """How many rings fit at `bw` in every machine (their minimum, as NCCL takes the
+        minimum over nodes, init.cc), and machine 0's intra-node orders."""
+        counts, orders0 = [], []
+        seen: dict[tuple, int] = {}
+        for m, members in enumerate(self.nodes):
+            shape = (len(members), tuple(self.topology.nodes[self.rank_nodes[r]].model for r in members))
+            if shape in seen and m > 0:
+                counts.append(seen[shape])
+                continue
+            limit = want
+            if self.node_count > 1:
+                limit = min(want, sum(int(self._nic_bw(m, nic) // bw) for nic in self.nics[m]))
+            orders = self._ring_orders(members, bw, max_type, limit) if limit > 0 else []
+            seen[shape] = len(orders)
+            counts.append(len(orders))
+            if m == 0:
+                orders0 = orders
+        return min(counts), orders0
+
+    @cached_property
+    def ring(self) -> Graph:
+        """search.cc ncclTopoCompute for the ring pattern (first pass: from the highest speed
+        down, path types from the best up; then DupChannels; second pass: raise the speed)."""
+        intra_speeds, inter_speeds = speed_arrays(self.capability)
+        inter = self.node_count > 1
+        speeds = inter_speeds if inter else intra_speeds
+        members0 = self.nodes[0]
+        if len(self.rank_nodes) == 1:
+            return Graph("ring", 1, LOC_BW, LOC_BW, PATH_LOC, PATH_LOC, ((0,),))
+        if inter:
+            max_bw = max(self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+        else:
+            max_bw = max((self.hop_bw(self.hop(a, b)) for a in members0 for b in members0 if a != b), default=LOC_BW)
+        total_bw = max(self._gpu_total_bw(r) for r in range(self.ranks))
+        if len(members0) == 1:
+            total_bw = max_bw
+        min_type = self._min_type(members0)
+        # machines are searched as alike (one of each size), as _channels_at does
+        max_type = max(self._max_type(m) for m in {len(m): m for m in self.nodes}.values())
+        i = 0
+        while i < len(speeds) - 1 and (speeds[i] > max_bw or speeds[i] > total_bw):
+            i += 1
+        best: tuple[int, float, int, list[list[int]]] | None = None
+        while True:
+            found = None
+            for ptype in range(min_type, max(max_type, min_type) + 1):
+                count, orders = self._channels_at(speeds[i], ptype, RING_MAX_CHANNELS)
+                if count >= 1:
+                    found = (count, speeds[i], ptype, orders)
+                    break
+            if found and (best is None or found[0] * found[1] > best[0] * best[1]):
+                best = found
+            if best and (best[0] == RING_MAX_CHANNELS or best[0] * best[1] >= total_bw):
+                break
+            if i < len(speeds) - 1 and (best is None or speeds[i + 1] / best[1] > .49):
+                i += 1
+                continue
+            break
+        if best is None:  # search.cc: "Could not find a path", one slow channel in rank order
+            order = list(range(self.ranks))
+            return Graph("ring", 1, 0.1, 0.1, PATH_SYS, PATH_SYS, (tuple(order),), ((0, 0),))
+        count, bw, ptype, orders = best
+        # ncclTopoDupChannels: fast channels are duplicated, each with half the bandwidth
+        if bw >= 25.0 and not (self.capability > 80 and bw < 50.0 and count > 4):
+            dup = min(2 * count, RING_MAX_CHANNELS)
+            bw /= math.ceil(dup / count)
+            orders = (orders * 2)[:dup]
+            count = dup
+        # pass 2: raise the speed while the same number of channels still fits
+        j = next((k for k, s in enumerate(speeds) if s <= bw), len(speeds) - 1)
+        while j > 0:
+            got, more = self._channels_at(speeds[j - 1], ptype, count)
+            if got < count:
+                break
+            j -= 1
+            bw, orders = speeds[j], more
+        orders = (orders * count)[:count] if orders else [list(self.nodes[0])] * count
+        placed = [self._global_order(orders[c % len(orders)], c) for c in range(count)]
+        type_inter = PATH_PIX if inter else PATH_LOC
+        return Graph("ring", count, bw, bw, ptype, type_inter, tuple(o for o, _ in placed), tuple(n for _, n in placed))
+
+    def _global_order(self, local: list[int], channel: int) -> tuple[tuple[int, ...], tuple[int, int]]:
+        """A channel's ring over every rank, and its (NIC in, NIC out) index on every machine:
+        machine 0's intra-node order mapped onto each machine (machines are alike), rotated to
+        enter at the GPU of NIC (channel mod NICs) and leave from the GPU before it, through
+        that GPU's NIC of the same rank among its own (NCCL's rings enter through one NIC and
+        may leave through another, crossNic, search.cc), machines in order (connect.cc
+        connectRings). Across the channels every NIC carries as many in as out."""
+        base = self.nodes[0]
+        position = [base.index(r) for r in local]
+        orders = [[members[q] for q in position] if len(members) == len(base) else list(members)
+                  for members in self.nodes]
+        nics = (0, 0)
+        if self.node_count > 1 and self.nics[0]:
+            k = channel % len(self.nics[0])
+            first = self.nic_gpu(0, k)
+            if first is not None and first in orders[0]:
+                start = orders[0].index(first)
+                orders = [o[start:] + o[:start] for o in orders]
+                slot = self.nics_of(0, first).index(k)
+                exits = self.nics_of(0, orders[0][-1]) or [k]
+                nics = (k, exits[slot % len(exits)])
+            else:
+                nics = (k, k)
+        return tuple(r for o in orders for r in o), nics
+
+    @cached_property
+    def tree(self) -> Graph:
+        """The tree graph: NCCL searches it with the ring's channel count (init.cc: tree
+        min = max channels = ring channels). Simplified here: the ring's per-channel
+        bandwidth inside a machine, and between machines its NICs' (pass 2 of
+        ncclTopoCompute lets a tree's bwIntra reach twice its bwInter)."""
+        ring = self.ring
+        if self.node_count == 1:
+            return Graph("tree", ring.channels, ring.bw_intra, ring.bw_intra, ring.type_intra, PATH_LOC)
+        intra_speeds, inter_speeds = speed_arrays(self.capability)
+        nic_bw = min(self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+        per_nic = max(1, math.ceil(ring.channels / max(len(self.nics[0]), 1)))
+        bw_inter = next((s for s in inter_speeds if s <= nic_bw / per_nic), inter_speeds[-1])
+        bw_intra = bw_inter
+        members = self.nodes[0]
+        for s in sorted((x for x in inter_speeds if bw_inter < x <= 2 * bw_inter), reverse=False):
+            count, _ = self._channels_at(s, self._max_type(members), ring.channels) if len(members) > 1 \
+                else (ring.channels, [])
+            if count >= ring.channels:
+                bw_intra = s
+        return Graph("tree", ring.channels, bw_intra, bw_inter, ring.type_intra, PATH_PIX)
+
+    @cached_property
+    def nvls(self) -> Graph | None:
+        """search.cc for NVLS: one channel per GPU (a "head"), forced when there is no
+        network; each channel uses its bandwidth on every GPU's links to the switch in both
+        directions and twice on its head's (ncclTopoSearchTryNvls). None without NVLS."""
+        if not self.nvls_supported:
+            return None
+        members = self.nodes[0]
+        heads = min(NCCL_MAX_NVLS_ARITY, len(members))
+        per_gpu = min(self._gpu_total_bw(r) for r in members)
+        speeds = speed_arrays(self.capability)[1 if self.node_count > 1 else 0]
+        # heads channels, each taking bw from every GPU and 2 bw from its head: (heads + 1) bw
+        i = next((k for k, s in enumerate(speeds) if (heads + 1) * s <= per_gpu + 1e-9), len(speeds) - 1)
+        bw = speeds[i]
+        # pass 2 raises bwInter while the search still succeeds and bwInter < 2 bwIntra: inside
+        # one machine nothing limits it; across machines, the NICs
+        limit = float("inf") if self.node_count == 1 else min(
+            self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+        j = i
+        while j > 0 and speeds[j] < 2 * bw and speeds[j - 1] <= limit:
+            j -= 1
+        bw_inter = speeds[j] if speeds[j] <= limit else next((s for s in speeds if s <= limit), speeds[-1])
+        return Graph("nvls", heads, bw, bw_inter, PATH_NVL, PATH_PIX if self.node_count > 1 else PATH_LOC)
+
+    @property
+    def comm_channels(self) -> int:
+        """comm->nChannels: the ring's channels doubled (connect.cc), and doubled again on
+        Hopper multi-node rings faster than 45 GB/s with fewer than 16 channels."""
+        ring = self.ring
+        n = min(MAXCHANNELS, 2 * ring.channels)
+        if self.capability >= 90 and self.node_count > 1 and ring.bw_intra > 45.0 and n < 16:
+            n = min(MAXCHANNELS, 2 * n)
+        return n
+
+    def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
+        """Compute the routes of many hops (a, b, NICs) in one batch (one Dijkstra per distinct
+        source, in C) before `cross_hop` asks for them one by one."""
+        machine, names, pairs = self.topology.machine_of, self.rank_nodes, []
+        for a, b, nics in set(hops):
+            na, nb = names[a], names[b]
+            ma, mb = self._machine_index(a), self._machine_index(b)
+            if machine[na] == machine[nb] or not self.nics[ma] or not self.nics[mb]:
+                pairs.append((na, nb))
+                continue
+            if nics is None:
+                nics = ((self.nics_of(ma, a) or [0])[0], (self.nics_of(mb, b) or [0])[0])
+            out, into = self.nics[ma][nics[0]], self.nics[mb][nics[1]]
+            pairs += [(na, out), (out, into), (into, nb)]
+        self.topology.routes(pairs)
+
+    def cross_hop(self, a: int, b: int, nics: tuple[int, int] | None = None) -> Hop:
+        """A hop between ranks; between machines, out through NIC nics[0] of a's machine and in
+        through NIC nics[1] of b's (default: each rank's first own NIC)."""
+        machines = self._rank_machines
+        if machines[a] == machines[b]:
+            return self.hop(a, b)
+        found = self._cross_hops.get((a, b, nics))
+        if found is None:
+            found = self._cross_hops[(a, b, nics)] = self._cross_hop(a, b, nics)
+        return found
+
+    def _cross_hop(self, a: int, b: int, nics: tuple[int, int] | None) -> Hop:
+        machine = self.topology.machine_of
+        na, nb = self.rank_nodes[a], self.rank_nodes[b]
+        if machine[na] == machine[nb]:
+            return self.hop(a, b)
+        ma, mb = self._machine_index(a), self._machine_index(b)
+        if not self.nics[ma] or not self.nics[mb]:
+            return self.hop(a, b)
+        if nics is None:
+            nics = ((self.nics_of(ma, a) or [0])[0], (self.nics_of(mb, b) or [0])[0])
+        return self.hop(a, b, (self.nics[ma][nics[0]], self.nics[mb][nics[1]]))
+
+    @cached_property
+    def _rank_machines(self) -> list[int]:
+        return self.rank_machine.tolist()
+
+    def _machine_index(self, rank: int) -> int:
+        return int(self.rank_machine[rank])
+
+    @cached_property
+    def rank_machine(self) -> np.ndarray:
+        """Per rank, the index of its machine in `nodes`."""
+        out = np.zeros(self.ranks, dtype=np.int64)
+        for m, members in enumerate(self.nodes):
+            out[members] = m
+        return out

@@ -1,0 +1,368 @@
+"""Collectives that nothing contends with, timed without the flow network.
+
+A schedule is *uncontended* when, on every resource its transfers cross, (1) within a
+step only one pair of participants crosses it (several transfers of one pair in one step,
+as channels are, move as one), and (2) every pair that ever crosses it shares one
+participant. The per-rank rendezvous then orders every two transfers on a resource (the
+later one waits for that participant's earlier step), so no two of them ever share it:
+each takes its route's latency, then its bytes at its route's slowest capacity (over the
+route's weight on it: a copy staged in host memory weighs 2 on that memory), exactly what
+the flow network gives a flow that is alone on its route. The whole collective is then
+a max-plus recurrence over its steps, vectorised over the transfers of a step: no task per
+transfer and no event per step, so a ring over 16,384 ranks (half a billion transfers) is
+32,766 steps of a few numpy operations.
+
+What (1) and (2) cannot see is traffic from *outside* the collective (another collective,
+a host-to-device copy) on the same resources at the same time. The play keeps, per
+resource, the interval in which it used it, and `contended` checks these after the run
+against every other flow and every other uncontended play; the caller simulates the run
+again on the flow network when that finds an overlap.
+
+The recurrence adds the same floating-point terms as the flow network (start, plus the
+route's latency, plus bytes / rate) but not always in the same order: where the flow
+network would end a flow after several rate recomputations, the two can differ in the last
+digits. Plays are therefore used only for schedules of at least
+`UNCONTENDED_MIN_TRANSFERS` transfers, so small runs (and every shipped scenario) keep the
+flow network's figures to the last digit; tests/test_uncontended.py holds the two to 1e-9.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gansim.collectives.schedules import Schedule, Step
+from gansim.network.cluster import Cluster
+
+# Schedules with fewer transfers are played on the flow network, as they always were.
+UNCONTENDED_MIN_TRANSFERS = 1 << 10
+
+
+# A plan keeps every step's transfer times (bytes / rate) when the schedule has at most this
+# many transfers (32 MB), for the collectives of a run that play the same schedule again.
+_DURATIONS_MAX_TRANSFERS = 1 << 22
+
+
+@dataclass
+class _Shape:
+    """The transfers of one or more steps that share their (src, dst) arrays: routes,
+    latencies and rates once, and the pairs (slots) they move on."""
+
+    slot_of: np.ndarray  # per transfer: its slot (a distinct (src, dst) pair)
+    src: np.ndarray  # per slot
+    dst: np.ndarray
+    route: np.ndarray
+    latency: np.ndarray
+    rate: np.ndarray
+    merged: bool  # some pair has several transfers in a step
+    # when every participant sends once and receives once (a ring step): where it does
+    send_slot: np.ndarray | None
+    recv_slot: np.ndarray | None
+    takes_part: np.ndarray  # participant ids that take part
+    ring: bool  # and participant i sends slot i (src is 0, 1, 2, ...)
+
+
+@dataclass
+class Recorded:
+    """The first transfers of a play, as the flow network would have timed them: what the
+    details of a run (trace) show. Every transfer that starts before `until` is here."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    route: np.ndarray
+    amount: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    step: np.ndarray
+    done_participant: np.ndarray  # per (step, participant taking part): when it finished the step
+    done_step: np.ndarray
+    done_end: np.ndarray
+    until: float
+
+
+@dataclass
+class PlayPlan:
+    """What does not change between plays of one schedule of one size on one machine: the
+    shapes of its steps, their transfer times and the bytes each pair carries."""
+
+    cluster: Cluster
+    schedule: Schedule
+    participants: int
+    bytes_per_element: float
+    shapes: list[_Shape]
+    step_shape: list[int]
+    # filled by the first play: per shape and slot, bytes over the schedule; per step and
+    # slot, bytes / rate (when the schedule is small enough to keep them)
+    carried: list[np.ndarray] | None = None
+    durations: list[np.ndarray] | None = None
+
+    @classmethod
+    def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
+              nbytes: float) -> "PlayPlan | None":
+        """The plan of `schedule`, or None when the schedule is not uncontended."""
+        n_part = len(participants)
+        shapes: list[_Shape] = []
+        step_shape: list[int] = []
+        by_arrays: dict[tuple[int, int], int] = {}
+        net = cluster.network
+        pair_users: list[np.ndarray] = []  # (resource, src, dst) of every slot of every shape
+        for step in schedule.steps:
+            key = (id(step.src), id(step.dst))
+            index = by_arrays.get(key)
+            if index is None:
+                shape = _shape(cluster, participants, step)
+                flow, res = net.route_pairs(shape.route)
+                # (1) within a step, one pair per resource
+                if np.unique(res).size != res.size:
+                    return None
+                pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
+                index = by_arrays[key] = len(shapes)
+                shapes.append(shape)
+            step_shape.append(index)
+        users = np.unique(np.concatenate(pair_users, axis=1), axis=1) if pair_users else np.zeros((3, 0), np.int64)
+        if not _share_a_participant(*users):  # (2)
+            return None
+        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
+
+    def amount(self, k: int) -> np.ndarray:
+        """Bytes per slot of step k."""
+        step = self.schedule.steps[k]
+        amount = (step.hi - step.lo) * self.bytes_per_element
+        shape = self.shapes[self.step_shape[k]]
+        if shape.merged:
+            amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
+        return amount
+
+
+@dataclass
+class TransferBudget:
+    """How many more transfers the plays of a run may keep for its details: the first
+    ones are all a trace shows (a later play's are never in its window)."""
+
+    left: int = 0
+
+
+@dataclass
+class UncontendedPlay:
+    """One collective played by the recurrence (see the module's docstring)."""
+
+    plan: PlayPlan
+    gamma_s_per_byte: float
+    entry: np.ndarray  # per rank: the task after which it joins (-1: from the start)
+    budget: TransferBudget = field(default_factory=TransferBudget)  # transfers it may keep
+    exit_times: np.ndarray | None = None
+    early_exit: bool = False  # a rank would have left before the last one joined
+    recorded: Recorded | None = None
+    first_start: list[np.ndarray | None] = field(default_factory=list)  # per shape, per slot: first start
+    last_end: list[np.ndarray | None] = field(default_factory=list)  # and last end
+
+    # -- the recurrence
+    def solve(self, now: float, end: np.ndarray) -> np.ndarray:
+        """Every rank's exit time, given the end times of the entry tasks (all ended by now)."""
+        if self.exit_times is not None:
+            return self.exit_times
+        plan = self.plan
+        p = plan.cluster.ranks
+        n_part = plan.participants
+        t = np.zeros(n_part)
+        t[:p] = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
+        shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
+        fill = plan.carried is None
+        if fill:
+            carried = [np.zeros(shape.src.size) for shape in shapes]
+            kept: list[np.ndarray] | None = [] if plan.schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
+        first_start: list[np.ndarray | None] = [None] * len(shapes)
+        last_end: list[np.ndarray | None] = [None] * len(shapes)
+        recording = _Recorder(self.budget.left)
+        gamma = self.gamma_s_per_byte
+        for k, step in enumerate(plan.schedule.steps):
+            index = step_shape[k]
+            shape = shapes[index]
+            if durations is not None:
+                duration = durations[k]
+            else:
+                amount = plan.amount(k)
+                duration = amount / shape.rate
+                if fill:
+                    carried[index] += amount
+                    if kept is not None:
+                        kept.append(duration)
+            if shape.ring:  # every participant sends to one and receives from one, src in order
+                start = np.maximum(t, t[shape.dst])
+                finish = (start + shape.latency) + duration
+                done = np.maximum(finish, finish[shape.recv_slot])
+            else:
+                start = np.maximum(t[shape.src], t[shape.dst])
+                finish = (start + shape.latency) + duration
+                if shape.send_slot is not None:
+                    done = np.maximum(finish[shape.send_slot], finish[shape.recv_slot])
+                else:
+                    done = np.full(n_part, -np.inf)
+                    np.maximum.at(done, shape.src, finish)
+                    np.maximum.at(done, shape.dst, finish)
+            if step.reduce and gamma > 0:
+                done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
+            if shape.send_slot is not None:
+                t = done
+            else:
+                t[shape.takes_part] = done[shape.takes_part]
+            if first_start[index] is None:
+                first_start[index] = start
+            last_end[index] = finish
+            if recording.wanted:
+                recording.add(k, shape, step, start, finish, t)
+        self.first_start, self.last_end = first_start, last_end
+        if fill:
+            plan.carried, plan.durations = carried, kept
+        self.recorded = recording.result(self)
+        self.budget.left = max(self.budget.left - recording.count, 0)
+        self.exit_times = t[:p].copy()
+        self.early_exit = bool((self.exit_times < now).any())
+        return self.exit_times
+
+    # -- what the run's figures and checks need
+    def carried(self) -> tuple[np.ndarray, np.ndarray]:
+        """(route, bytes) of every pair of the play, summed over its steps."""
+        plan = self.plan
+        if self.exit_times is None or plan.carried is None:
+            return np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate([s.route for s in plan.shapes]), np.concatenate(plan.carried)
+
+    def resource_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(resource, first use, last use) of every resource the play used."""
+        net = self.plan.cluster.network
+        res_all, lo_all, hi_all = [], [], []
+        for shape, first, last in zip(self.plan.shapes, self.first_start, self.last_end):
+            if first is None or last is None:
+                continue
+            flow, res = net.route_pairs(shape.route)
+            res_all.append(res)
+            lo_all.append(first[flow])
+            hi_all.append(last[flow])
+        if not res_all:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        res, lo, hi = np.concatenate(res_all), np.concatenate(lo_all), np.concatenate(hi_all)
+        used, inverse = np.unique(res, return_inverse=True)
+        first = np.full(used.size, np.inf)
+        last = np.full(used.size, -np.inf)
+        np.minimum.at(first, inverse, lo)
+        np.maximum.at(last, inverse, hi)
+        return used, first, last
+
+
+def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shape:
+    n_part = len(participants)
+    pair = step.src * n_part + step.dst
+    distinct, slot_of = np.unique(pair, return_inverse=True)
+    merged = distinct.size != pair.size
+    if merged:
+        src, dst = np.divmod(distinct, n_part)
+    else:
+        src, dst, slot_of = step.src, step.dst, np.arange(pair.size)
+    route = cluster.pair_routes(participants, src, dst)
+    net = cluster.network
+    flow, res = net.route_pairs(route)
+    weight = net.route_pair_weights(route)
+    # what the flow network gives a flow alone on its route: the least capacity / weight
+    rate = np.full(route.size, np.inf)
+    np.minimum.at(rate, flow, net.capacity[res] if weight is None else net.capacity[res] / weight)
+    takes_part = np.union1d(src, dst)
+    full = (takes_part.size == n_part and np.unique(src).size == n_part and np.unique(dst).size == n_part)
+    send_slot = recv_slot = None
+    if full:
+        send_slot = np.empty(n_part, np.int64)
+        send_slot[src] = np.arange(src.size)
+        recv_slot = np.empty(n_part, np.int64)
+        recv_slot[dst] = np.arange(dst.size)
+    ring = send_slot is not None and bool((src == np.arange(src.size)).all())
+    return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
+                  ring)
+
+
+def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether, on every resource, all the (src, dst) pairs that cross it have a participant
+    in common (`res` sorted, as np.unique leaves it)."""
+    if res.size == 0:
+        return True
+    first = np.ones(res.size, dtype=bool)
+    first[1:] = res[1:] != res[:-1]
+    group = np.cumsum(first) - 1
+    ok_src = _groups_all(group, (src == src[first][group]) | (dst == src[first][group]))
+    ok_dst = _groups_all(group, (src == dst[first][group]) | (dst == dst[first][group]))
+    return bool((ok_src | ok_dst).all())
+
+
+def _groups_all(group: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    return np.bincount(group, weights=~flags, minlength=int(group[-1]) + 1) == 0
+
+
+class _Recorder:
+    """Keeps the first transfers of a play (up to a budget), for the run's details."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.count = 0
+        self.parts: list[tuple] = []
+        self.until = np.inf  # every transfer that starts before this is kept
+
+    @property
+    def wanted(self) -> bool:
+        return self.count < self.budget
+
+    def add(self, k: int, shape: _Shape, step: Step, start: np.ndarray, finish: np.ndarray, t: np.ndarray) -> None:
+        slot = shape.slot_of
+        part = shape.takes_part
+        self.parts.append((step.src, step.dst, shape.route[slot], (step.hi - step.lo), start[slot], finish[slot],
+                           np.full(slot.size, k), part, np.full(part.size, k), t[part]))
+        self.count += slot.size
+        if not self.wanted:
+            # a later step's transfer starts when both its ends are done with this one
+            self.until = float(t.min())
+
+    def result(self, play: UncontendedPlay) -> Recorded | None:
+        if not self.parts:
+            return None
+        cols = [np.concatenate([p[i] for p in self.parts]) for i in range(10)]
+        if len(self.parts) == len(play.plan.schedule.steps):
+            self.until = np.inf
+        until = self.until
+        return Recorded(cols[0], cols[1], cols[2], cols[3] * play.plan.bytes_per_element, cols[4], cols[5], cols[6],
+                        cols[7], cols[8], cols[9], until)
+
+
+def contended(plays: list[UncontendedPlay], flow_resources: np.ndarray, flow_start: np.ndarray,
+              flow_end: np.ndarray) -> bool:
+    """Whether any play shared a resource, at the same time, with another play or with a
+    flow of the flow network (given as one row per (flow, resource it crossed)); or left
+    a rank before the last joined."""
+    if any(play.early_exit for play in plays):
+        return True
+    res_parts, lo_parts, hi_parts, owner_parts = [flow_resources], [flow_start], [flow_end], [
+        np.full(flow_resources.size, -1)]
+    for i, play in enumerate(plays):
+        res, lo, hi = play.resource_spans()
+        res_parts.append(res)
+        lo_parts.append(lo)
+        hi_parts.append(hi)
+        owner_parts.append(np.full(res.size, i))
+    res, lo, hi, owner = (np.concatenate(x) for x in (res_parts, lo_parts, hi_parts, owner_parts))
+    played = np.zeros(int(res.max()) + 1 if res.size else 0, dtype=bool)
+    played[res[owner >= 0]] = True
+    keep = played[res]  # only resources some play used matter
+    res, lo, hi, owner = res[keep], lo[keep], hi[keep], owner[keep]
+    if res.size < 2:
+        return False
+    order = np.lexsort((hi, lo, res))
+    res, lo, hi, owner = res[order], lo[order], hi[order], owner[order]
+    # per resource, sweep in start order: an interval overlaps an earlier one when the
+    # earlier ones reach past its start; overlaps among flows only are the flow network's own
+    span = float(max(hi.max(), 0.0)) - float(min(lo.min(), 0.0)) + 1.0
+    offset = res * span
+    reach_all = np.maximum.accumulate(hi + offset)
+    reach_play = np.maximum.accumulate(np.where(owner >= 0, hi, -np.inf) + offset)
+    same = res[1:] == res[:-1]
+    starts = lo[1:] + offset[1:]
+    by_anything = same & (reach_all[:-1] > starts) & (owner[1:] >= 0)
+    by_play = same & (reach_play[:-1] > starts)
+    return bool((by_anything | by_play).any())

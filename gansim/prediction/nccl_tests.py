@@ -1,0 +1,118 @@
+"""What nccl-tests would print for a topology: each size simulated (the `nccl` algorithm by
+default, on the flow model), with nccl-tests' own columns and definitions (NVIDIA/nccl-tests
+src/common.cu, src/*.cu *GetCollByteCount / *GetBw, doc/PERFORMANCE.md):
+
+- size: the bytes of the operation: the buffer for all_reduce and broadcast, the whole
+  gathered (scattered) buffer, count x ranks elements, for all_gather (reduce_scatter);
+- count: elements per rank (float, 4 bytes);
+- time: microseconds; algbw = size / time; busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n
+  (all_gather, reduce_scatter), 1 (broadcast).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gansim.collectives.closed_forms import algbw, bus_factor
+from gansim.collectives.nccl import NCCL
+from gansim.core.config import TrainingOptions
+from gansim.core.errors import UserInputError
+from gansim.runner.collective import collective_times
+from gansim.topology.graph import Topology
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+FLOAT_BYTES = 4
+_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "all_gather": "none", "broadcast": "none"}
+
+
+@dataclass(frozen=True)
+class NcclTestsRow:
+    nbytes: int
+    count: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    algorithm: str
+    protocol: str
+    channels: int
+
+
+def parse_size(text: str, flag: str) -> int:
+    """nccl-tests' size syntax (src/common.cu parsesize): a number with an optional K, M or G
+    (powers of 1024)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?\s*", text)
+    if not match:
+        raise UserInputError(f"expected a size such as 8, 64K, 128M or 8G, got {text!r}", field=flag)
+    value = float(match.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
+    if value < 1:
+        raise UserInputError(f"expected a size of at least 1 byte, got {text!r}", field=flag)
+    return int(value)
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """-b, -e, -f: every size from min to max, multiplying by the factor (src/common.cu)."""
+    if max_bytes < min_bytes:
+        raise UserInputError(f"-e {max_bytes} is smaller than -b {min_bytes}", field="-e")
+    if factor <= 1:
+        raise UserInputError(f"expected a factor above 1, got {factor}", field="-f")
+    sizes, size = [], float(min_bytes)
+    while size <= max_bytes and len(sizes) < 200:
+        sizes.append(int(size))
+        size *= factor
+    return sizes
+
+
+def operation_bytes(op: str, size: int, ranks: int) -> tuple[int, int]:
+    """(bytes the operation moves, elements per rank) of nccl-tests' -b/-e size: for
+    all_gather / reduce_scatter, nccl-tests rounds each rank's share down to 16 bytes
+    (AllGatherGetCollByteCount) and prints the whole buffer."""
+    count = max(1, size // FLOAT_BYTES)
+    if op in ("all_gather", "reduce_scatter"):
+        per_rank = max(4, (count // ranks) & ~3)
+        return per_rank * ranks * FLOAT_BYTES, per_rank
+    return count * FLOAT_BYTES, count
+
+
+def nccl_tests_table(topology: Topology, gpus: int, op: str, sizes: list[int], algorithm: str = NCCL,
+                     options: TrainingOptions | None = None, source: str | None = None) -> list[NcclTestsRow]:
+    """Predict nccl-tests' rows for `op` on the first `gpus` ranks of `topology`."""
+    if op not in OPS:
+        raise UserInputError(f"unknown collective {op!r}; allowed: {', '.join(OPS)}", field="--op")
+    moved = [operation_bytes(op, size, gpus) for size in sizes]
+    times = collective_times(topology, gpus, op, [nbytes for nbytes, _ in moved], algorithm, "flow", options,
+                             source=source)
+    rows = []
+    for (nbytes, count), t in zip(moved, times):
+        bw = algbw(nbytes, t.seconds) if t.seconds > 0 else 0.0
+        rows.append(NcclTestsRow(nbytes, count, t.seconds * 1e6, bw / 1e9, bw * bus_factor(op, gpus) / 1e9,
+                                 t.algorithm, t.protocol, t.channels))
+    return rows
+
+
+def format_table(rows: list[NcclTestsRow], op: str, header: str) -> str:
+    """nccl-tests' layout (src/util.cu writeResultHeader / writeBenchmarkLinePreamble), one
+    set of columns (a simulation has no in-place difference and nothing #wrong), plus what
+    NCCL chose."""
+    lines = [f"# {header}", "#",
+             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+             f"{'busbw':>6}   {'algo':>9} {'proto':>6} {'ch':>3}",
+             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+             f"{'(GB/s)':>6}"]
+    root = 0 if op == "broadcast" else -1
+    for r in rows:
+        lines.append(f"{r.nbytes:>12}  {r.count:>12}  {'float':>8}  {_REDOP[op]:>6}  {root:>6}  "
+                     f"{_time(r.time_us):>7}  {r.algbw_GBps:>6.2f}  {r.busbw_GBps:>6.2f}   "
+                     f"{r.algorithm:>9} {r.protocol:>6} {r.channels or '':>3}")
+    large = [r.busbw_GBps for r in rows if r.time_us > 0]
+    lines.append(f"# Avg bus bandwidth    : {sum(large) / len(large) if large else 0.0:g}")
+    return "\n".join(lines)
+
+
+def _time(us: float) -> str:
+    """nccl-tests prints times with 7 characters: 2 decimals below 10 ms, fewer above."""
+    if us < 1e4:
+        return f"{us:.2f}"
+    if us < 1e5:
+        return f"{us:.1f}"
+    return f"{us:.0f}"

@@ -1,0 +1,200 @@
+"""Published nccl-tests measurements of real systems (validation/*.yaml, installed as
+gansim.shipped_validation) and how the model predicts them from each system's topology alone.
+
+Every file names one system, the NCCL version it ran, where its numbers come from (URL and
+which table), the topology written from datasheet line rates, and the measured rows
+(out-of-place columns: size, time, algbw, busbw). The prediction simulates each size with the
+`nccl` algorithm on the flow model (gansim/prediction/nccl_tests.py) and compares busbw;
+nothing in a file is read by the model except its topology and the sizes."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+
+from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, parse
+from gansim.core.errors import UserInputError
+from gansim.core.files import read_yaml, shipped_dir, shipped_names
+from gansim.core.units import MiB
+from gansim.prediction.nccl_tests import OPS, nccl_tests_table
+from gansim.topology.graph import Topology, topology_from_dict
+
+# The goal's range: messages from 1 MiB up (issue 12)
+LARGE_BYTES = MiB
+
+
+class PublishedSource(Strict):
+    url: str = Field(min_length=8)
+    where: str = Field(min_length=3)
+    read: str = Field(min_length=4)
+
+
+# size_B, time_us, algbw_GBps, busbw_GBps (nccl-tests' out-of-place columns); the measured
+# busbw divides each error, so it is above zero
+MeasuredPoint = tuple[PositiveByteCount, Annotated[float, Field(gt=0, le=1e12)], BandwidthGBps, BandwidthGBps]
+
+
+class PublishedMeasurement(Strict):
+    op: str
+    points: list[MeasuredPoint] = Field(min_length=1)
+
+    @field_validator("points", mode="before")
+    @classmethod
+    def _rows_as_tuples(cls, rows: Any) -> Any:
+        """YAML has no tuples: a row is a list of four numbers (strict mode takes no list for a tuple)."""
+        return [tuple(row) if isinstance(row, list) else row for row in rows] if isinstance(rows, list) else rows
+
+    @field_validator("op")
+    @classmethod
+    def _known_op(cls, op: str) -> str:
+        if op not in OPS:
+            raise ValueError(f"unknown collective {op!r}; allowed: {', '.join(OPS)}")
+        return op
+
+
+class PublishedSystem(Strict):
+    name: str = Field(min_length=1)
+    kind: str = Field(min_length=3)
+    system: str = Field(min_length=10)
+    nccl_version: str = Field(min_length=3)
+    env: dict[str, str] = Field(default_factory=dict)
+    source: PublishedSource
+    topology: dict[str, Any]
+    gpus: Annotated[RankCount, Field(ge=2)]
+    measurements: list[PublishedMeasurement] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    spec: PublishedSystem
+    path: str
+
+    def topology(self) -> Topology:
+        return topology_from_dict(self.spec.topology, self.path)
+
+
+def published_names() -> list[str]:
+    return shipped_names("validation")
+
+
+def load_published(name: str | None = None, directory: Path | None = None) -> list[PublishedFile]:
+    """Every shipped published measurement, or the one named."""
+    folder = directory or shipped_dir("validation")
+    names = sorted(p.stem for p in folder.glob("*.yaml"))
+    if name is not None:
+        if name not in names:
+            raise UserInputError(f"unknown published system {name!r}; shipped: {', '.join(names)}",
+                                 field="--published")
+        names = [name]
+    out = []
+    for stem in names:
+        path = folder / f"{stem}.yaml"
+        spec: PublishedSystem = parse(PublishedSystem, read_yaml(path), str(path))
+        if spec.name != stem:
+            raise UserInputError(f"name {spec.name!r} differs from the file name {stem!r}", source=str(path),
+                                 field="name")
+        out.append(PublishedFile(spec, str(path)))
+    return out
+
+
+@dataclass(frozen=True)
+class PointComparison:
+    system: str
+    op: str
+    nbytes: int
+    measured_busbw_GBps: float
+    predicted_busbw_GBps: float
+    predicted_time_us: float
+    algorithm: str
+    protocol: str
+    channels: int
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured busbw (the same as for algbw and, inverted, time)."""
+        return (self.predicted_busbw_GBps - self.measured_busbw_GBps) / self.measured_busbw_GBps
+
+
+def compare(published: PublishedFile) -> list[PointComparison]:
+    """Predict every measured point of one file from its topology alone."""
+    spec = published.spec
+    topology = published.topology()
+    rows = []
+    for m in spec.measurements:
+        predicted = nccl_tests_table(topology, spec.gpus, m.op, [size for size, *_ in m.points], source=published.path)
+        for (size, _time, _algbw, busbw), p in zip(m.points, predicted):
+            rows.append(PointComparison(spec.name, m.op, size, busbw, p.busbw_GBps, p.time_us, p.algorithm,
+                                        p.protocol, p.channels))
+    return rows
+
+
+def predicted_curves(published: PublishedFile) -> dict[str, list[tuple[int, float]]]:
+    """Per measured collective, the predicted busbw from 1 KiB to the largest measured size
+    (powers of two): the curve the report draws the measured points over."""
+    spec = published.spec
+    topology = published.topology()
+    out = {}
+    for m in spec.measurements:
+        largest = max(size for size, *_ in m.points)
+        sizes = [1 << k for k in range(10, max(11, largest.bit_length()))]
+        rows = nccl_tests_table(topology, spec.gpus, m.op, sizes, source=published.path)
+        out[m.op] = [(r.nbytes, r.busbw_GBps) for r in rows]
+    return out
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    points: int
+    median_abs_error: float
+    worst_abs_error: float
+
+
+def summarize(rows: list[PointComparison], min_bytes: int = LARGE_BYTES) -> ErrorSummary:
+    """|error| over the points of at least `min_bytes`: their count, median and worst."""
+    errors = [abs(r.error) for r in rows if r.nbytes >= min_bytes]
+    if not errors:
+        return ErrorSummary(0, float("nan"), float("nan"))
+    return ErrorSummary(len(errors), statistics.median(errors), max(errors))
+
+
+def error_table(files: list[PublishedFile], rows: list[PointComparison]) -> str:
+    """The table `gansim validate --published` prints: one line per system (its points of 1 MiB
+    and more), then every point, then the summary over all systems."""
+    lines = [f"{'system':<28} {'kind':<26} {'NCCL':>8} {'points':>6} {'median |err|':>13} {'worst |err|':>12}"]
+    for f in files:
+        mine = [r for r in rows if r.system == f.spec.name]
+        s = summarize(mine)
+        lines.append(f"{f.spec.name:<28} {f.spec.kind:<26} {f.spec.nccl_version:>8} {s.points:>6} "
+                     f"{s.median_abs_error:>12.1%} {s.worst_abs_error:>12.1%}")
+    total = summarize(rows)
+    lines.append(f"{'all systems':<28} {'':<26} {'':>8} {total.points:>6} {total.median_abs_error:>12.1%} "
+                 f"{total.worst_abs_error:>12.1%}")
+    lines.append("")
+    lines.append(f"{'system':<28} {'op':<14} {'size (B)':>12} {'measured':>9} {'predicted':>10} {'error':>8}  "
+                 f"NCCL's choice   (busbw in GB/s)")
+    for r in rows:
+        if r.nbytes < LARGE_BYTES:
+            continue
+        lines.append(f"{r.system:<28} {r.op:<14} {r.nbytes:>12} {r.measured_busbw_GBps:>9.2f} "
+                     f"{r.predicted_busbw_GBps:>10.2f} {r.error:>+8.1%}  {r.algorithm}/{r.protocol} x{r.channels}")
+    return "\n".join(lines)
+
+
+def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str, Any]:
+    """The comparison as validation.json (and `--json`) carry it."""
+    total = summarize(rows)
+    return {"summary": {"min_size_B": LARGE_BYTES, "points": total.points, "median_abs_error": total.median_abs_error,
+                        "worst_abs_error": total.worst_abs_error},
+            "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
+                         "system": f.spec.system, "source": f.spec.source.model_dump(),
+                         **dict(zip(("points", "median_abs_error", "worst_abs_error"),
+                                    (lambda s: (s.points, s.median_abs_error, s.worst_abs_error))(
+                                        summarize([r for r in rows if r.system == f.spec.name]))))}
+                        for f in files],
+            "points": [{"system": r.system, "op": r.op, "size_B": r.nbytes, "measured_busbw_GBps": r.measured_busbw_GBps,
+                        "predicted_busbw_GBps": r.predicted_busbw_GBps, "error": r.error, "algorithm": r.algorithm,
+                        "protocol": r.protocol, "channels": r.channels} for r in rows]}

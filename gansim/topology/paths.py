@@ -1,0 +1,113 @@
+"""Shortest paths and connected parts of a topology's graphs, in plain Python (heapq).
+
+Searches stop as soon as every vertex they were asked for is settled, and may skip
+vertices, which is what routing on machines of tens of thousands of GPUs needs (see
+Topology.routes). Ties are broken the same way every time: vertices leave the heap in
+(distance, vertex) order (or highest vertex first), neighbours are relaxed in ascending
+order, and a vertex keeps the first predecessor that reached it at its final distance."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterable
+
+import numpy as np
+
+
+class Digraph:
+    """A weighted directed graph on vertices 0..n-1, as adjacency lists."""
+
+    def __init__(self, n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray):
+        order = np.lexsort((cols, rows))
+        rows, cols, weights = rows[order], cols[order], weights[order]
+        starts = np.searchsorted(rows, np.arange(n + 1))
+        pairs = list(zip(cols.tolist(), weights.tolist()))
+        bounds = starts.tolist()
+        self.n = n
+        self.out: list[list[tuple[int, float]]] = [pairs[bounds[v]:bounds[v + 1]] for v in range(n)]
+        self._arrays = (rows, cols, weights)
+
+    def degree(self) -> np.ndarray:
+        return np.array([len(edges) for edges in self.out])
+
+    def reversed(self) -> "Digraph":
+        rows, cols, weights = self._arrays
+        return Digraph(self.n, cols, rows, weights)
+
+
+def dijkstra(graph: Digraph, sources: Iterable[int], *, targets: Iterable[int] | None = None,
+             skip: set[int] | frozenset[int] = frozenset(),
+             high_first: bool = False) -> tuple[dict[int, float], dict[int, int], dict[int, int]]:
+    """Distances from the nearest of `sources`, each vertex's predecessor on its shortest
+    path and the source it comes from; vertices in `skip` are never entered. With
+    `targets`, the search stops once they are all settled, and only the vertices it
+    settled are in what it returns. Vertices of equal distance leave the heap lowest
+    first, or highest first with `high_first` (as scipy's Dijkstra, which gansim used
+    before, ordered them: see Topology._search_routes)."""
+    dist: dict[int, float] = {}
+    pred: dict[int, int] = {}
+    origin: dict[int, int] = {}
+    sign = -1 if high_first else 1
+    heap: list[tuple[float, int]] = []
+    for s in sources:
+        if s not in dist:
+            dist[s] = 0.0
+            origin[s] = s
+            heap.append((0.0, sign * s))
+    heapq.heapify(heap)
+    wanted = set(targets) if targets is not None else None
+    settled: set[int] = set()
+    out = graph.out
+    stopped = False
+    while heap:
+        d, key = heapq.heappop(heap)
+        v = sign * key
+        if v in settled:
+            continue
+        settled.add(v)
+        if wanted is not None:
+            wanted.discard(v)
+            if not wanted:
+                stopped = True
+                break
+        for w, weight in out[v]:
+            if w in settled or w in skip:
+                continue
+            nd = d + weight
+            old = dist.get(w)
+            if old is None or nd < old:
+                dist[w] = nd
+                pred[w] = v
+                origin[w] = origin[v]
+                heapq.heappush(heap, (nd, sign * w))
+    if stopped and len(settled) < len(dist):  # leave out the vertices it had not settled
+        dist = {v: d for v, d in dist.items() if v in settled}
+        pred = {v: u for v, u in pred.items() if v in settled}
+        origin = {v: o for v, o in origin.items() if v in settled}
+    return dist, pred, origin
+
+
+def path_to(pred: dict[int, int], source: int, target: int) -> list[int]:
+    """The vertices from `source` to `target` along the predecessors."""
+    path = [target]
+    while path[-1] != source:
+        path.append(pred[path[-1]])
+    return path[::-1]
+
+
+def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The connected part of each of n vertices joined by the undirected edges (a, b),
+    numbered by their smallest vertex."""
+    parent = np.arange(n)
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    while True:  # label propagation: every vertex takes its neighbours' smallest label
+        low = np.minimum(parent[a], parent[b])
+        merged = parent.copy()
+        np.minimum.at(merged, a, low)
+        np.minimum.at(merged, b, low)
+        merged = merged[merged]  # jump along the labels
+        if np.array_equal(merged, parent):
+            break
+        parent = merged
+    _, label = np.unique(parent, return_inverse=True)
+    return label

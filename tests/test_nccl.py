@@ -1,0 +1,184 @@
+"""The `nccl` algorithm: NCCL's choice as its tuning model makes it, channels and NIC rails as
+flows, SHM for GPUs without peer-to-peer, and agreement with NCCL's own estimate where
+nothing contends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from gansim.collectives.closed_forms import bus_factor
+from gansim.collectives.nccl import (
+    btree_parent,
+    dtree_parent,
+    model_seconds,
+    nccl_state,
+    plan,
+    ring_order_hops,
+    tree_edges,
+)
+from gansim.collectives.nccl_topology import NcclMachine
+from gansim.collectives.nccl_tuning import choose, tune
+from gansim.collectives.schedules import build_schedule
+from gansim.core.config import TrainingOptions
+from gansim.network.cluster import Cluster
+from gansim.runner.collective import collective_times
+from gansim.topology.graph import load_topology, topology_from_dict
+
+GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
+H100 = {"gpu_model": "H100-SXM5-80GB", "gpu_tflops": 67.0, "gpu_memory_GB": 80, "nvlink_bandwidth_GBps": 450.0,
+        "pcie_bandwidth_GBps": 63.0}
+
+
+def topo(generator: str, **params):
+    return topology_from_dict({"name": generator, "generator": generator, "params": params}, "test")
+
+
+def choices(topology, gpus: int, sizes, op: str = "all_reduce"):
+    tuning = tune(NcclMachine.build(topology, gpus))
+    return [(c.algorithm, c.protocol) for c in (choose(tuning, op, n) for n in sizes)]
+
+
+def busbw(topology, gpus: int, nbytes: int, op: str = "all_reduce", **options) -> float:
+    (t,) = collective_times(topology, gpus, op, [nbytes], options=TrainingOptions(**options))
+    return nbytes / t.seconds * bus_factor(op, gpus) / 1e9
+
+
+def test_ll_for_small_messages_simple_for_large():
+    got = choices(load_topology("dgx-a100"), 8, [1 * KiB, 64 * KiB, 4 * MiB, 1 * GiB])
+    assert got[0] == ("ring", "LL") and got[1] == ("ring", "LL")
+    assert got[2][1] == "LL128"  # NVLink: LL128 in between (enabled by default up to NVB paths)
+    assert got[3] == ("ring", "Simple")
+    # over PCIe NCCL does not enable LL128 (tuning.cc: typeIntra <= PATH_NVB)
+    pcie = choices(load_topology("paper-gtx1080ti-pcie"), 4, [1 * KiB, 16 * MiB, 1 * GiB])
+    assert pcie == [("ring", "LL"), ("ring", "Simple"), ("ring", "Simple")]
+
+
+def test_nvls_only_where_the_nvswitch_reduces():
+    sizes = [1 * KiB, 64 * MiB, 1 * GiB]
+    hopper = choices(topo("nvswitch", gpus=8, **H100), 8, sizes)
+    assert hopper[0][0] == "ring" and hopper[1] == ("nvls", "Simple") and hopper[2] == ("nvls", "Simple")
+    no_sharp = choices(topo("nvswitch", gpus=8, nvlink_sharp=False, **H100), 8, sizes)
+    assert all(a != "nvls" for a, _ in no_sharp)
+    assert all(a != "nvls" for a, _ in choices(load_topology("dgx-a100"), 8, sizes))  # A100: no NVLS
+    # H100s on NVLink but no NVSwitch (bridged pairs): no NVLS either
+    pair = topo("fully_connected", gpus=2, gpu_model="H100 PCIe", bandwidth_GBps=300.0)
+    assert NcclMachine.build(pair, 2).nvls is None
+    # NVLS ~ NCCL's 480 GB/s busbw on 8 H100 (S. Jeaugey, NVIDIA/nccl-tests#212), ring ~ 370
+    h100 = topo("nvswitch", gpus=8, **H100)
+    assert busbw(h100, 8, 4 * GiB) == pytest.approx(476, rel=0.02)
+    assert busbw(h100, 8, 4 * GiB, nccl_algo="ring") == pytest.approx(370.8, rel=0.01)
+
+
+def test_tree_across_nodes_at_medium_sizes_never_inside_one():
+    sizes = [KiB << k for k in range(0, 23, 2)]
+    assert all(a == "ring" for a, _ in choices(load_topology("dgx-a100"), 8, sizes))
+    multi = dict(zip(sizes, choices(load_topology("multi-node"), 32, sizes)))
+    assert multi[64 * KiB][0] == "tree" and multi[1 * MiB][0] == "tree" and multi[16 * MiB][0] == "tree"
+    assert multi[4 * GiB] == ("ring", "Simple")
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree"])
+def test_flow_equals_nccls_estimate_where_nothing_contends(algo):
+    topology = load_topology("multi-node") if algo == "tree" else load_topology("dgx-a100")
+    gpus, nbytes = (32, 4 * MiB) if algo == "tree" else (8, 1 * GiB)
+    cluster = Cluster(topology, gpus, simpy.Environment())
+    state = nccl_state(cluster)
+    (t,) = collective_times(topology, gpus, "all_reduce", [nbytes], options=TrainingOptions(nccl_algo=algo))
+    assert t.algorithm == algo
+    assert t.seconds == pytest.approx(model_seconds(state, "all_reduce", nbytes, algo), rel=1e-6)
+
+
+def test_gpus_on_a_network_switch_are_their_own_nics():
+    """The switch generator links every GPU to one network switch: each GPU is a machine of
+    its own whose network port is its NIC, and NCCL's tree across those machines times as
+    NCCL's own model says where nothing contends."""
+    topology = topo("switch", gpus=16)
+    cluster = Cluster(topology, 16, simpy.Environment())
+    state = nccl_state(cluster)
+    assert state.machine.node_count == 16 and state.machine.nics[3] == ["gpu3"]
+    (t,) = collective_times(topology, 16, "all_reduce", [4 * MiB], options=TrainingOptions(nccl_algo="tree"))
+    assert t.algorithm == "tree"
+    assert t.seconds == pytest.approx(model_seconds(state, "all_reduce", 4 * MiB, "tree"), rel=1e-6)
+
+
+def test_large_message_busbw_grows_with_nic_rails():
+    got = []
+    for rails in (1, 2, 4, 8):
+        t = topo("multi_node", nodes=2, gpus_per_node=8, nics_per_node=rails,
+                 intra_params={"host_model": "AMD EPYC 7742", "nvlink_sharp": False})
+        got.append(busbw(t, 16, 4 * GiB))
+    assert got[0] < got[1] < got[2] < got[3]
+    # each rail carries as much as the first: NCCL spreads its channels over all of them
+    assert got[3] / got[0] == pytest.approx(8, rel=0.1)
+
+
+def test_no_peer_to_peer_stages_in_host_memory_so_all_reduce_and_broadcast_differ():
+    # two GPUs under one PCIe switch: with P2P their bytes stay below the switch; without,
+    # both directions of an all-reduce cross the switch's one uplink to host memory, while a
+    # broadcast uses each direction once (the measured AutoDL box: 4.0 vs 11.1 GB/s busbw)
+    box = dict(gpus=2, gpus_per_switch=2, gpu_model="GeForce RTX 2080 Ti", pcie_bandwidth_GBps=15.75)
+    p2p, shm = topo("pcie_tree", **box), topo("pcie_tree", p2p=False, **box)
+    assert NcclMachine.build(p2p, 2).hop(0, 1).transport == "p2p"
+    assert NcclMachine.build(shm, 2).hop(0, 1).transport == "shm"
+    assert busbw(p2p, 2, GiB) == pytest.approx(busbw(p2p, 2, GiB, op="broadcast"), rel=0.02)
+    assert busbw(shm, 2, GiB) == pytest.approx(busbw(shm, 2, GiB, op="broadcast") / 2, rel=0.02)
+    assert busbw(shm, 2, GiB) < busbw(p2p, 2, GiB) / 2
+    # the paper's box (through the root complex): NCCL uses SHM even for P2P-capable GPUs there
+    root = topo("pcie_tree", gpus=2, pcie_bandwidth_GBps=15.75)
+    assert NcclMachine.build(root, 2).hop(0, 1).transport == "shm"
+
+
+def test_host_memory_bandwidth_is_shared_by_staged_copies():
+    slow = dict(gpus=4, gpus_per_switch=0, pcie_bandwidth_GBps=15.75, p2p=False)
+    free = busbw(topo("pcie_tree", **slow), 4, GiB)
+    # 4 ring hops, each written to and read from DRAM: 8 x the hop rate
+    capped = busbw(topo("pcie_tree", host_dram_bandwidth_GBps=20.0, **slow), 4, GiB)
+    assert capped == pytest.approx(20.0 / 8, rel=0.02) and capped < free
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8])
+def test_ring_hops_carry_what_the_ring_schedule_moves(p):
+    # the flow model's per-hop bytes (bus_factor x n) are the ring schedule's transfers summed
+    count = 840
+    schedule = build_schedule("nccl", p, count)
+    moved = {}
+    for step in schedule.steps:
+        for s, d, lo, hi in zip(step.src, step.dst, step.lo, step.hi):
+            moved[(int(s), int(d))] = moved.get((int(s), int(d)), 0) + int(hi - lo)
+    assert sorted(moved) == sorted(ring_order_hops(tuple(range(p)), "all_reduce"))
+    assert set(moved.values()) == {round(count * bus_factor("all_reduce", p))}
+
+
+def test_nccl_binary_trees_match_trees_cc():
+    # the illustration in NVIDIA/nccl src/graph/trees.cc for 14 ranks
+    assert [btree_parent(14, r) for r in (0, 8, 4, 12, 2, 6, 10, 13, 1, 3, 9, 11)] == \
+        [-1, 0, 8, 8, 4, 4, 12, 12, 2, 2, 10, 10]
+    # the second tree is the mirror (even counts) or the shift (odd counts)
+    assert dtree_parent(14, 13 - 8, 1) == 13 - 0 and dtree_parent(13, 1, 1) == -1
+
+
+@pytest.mark.parametrize("nodes,gpus", [(1, 4), (2, 8), (3, 8), (5, 2), (8, 1)])
+def test_tree_channels_span_every_rank(nodes, gpus):
+    t = topo("multi_node", nodes=nodes, gpus_per_node=gpus)
+    machine = NcclMachine.build(t, nodes * gpus)
+    for channel in (0, machine.ring.channels):  # one channel of each of the two trees
+        edges = tree_edges(machine, channel)
+        assert len(edges) == nodes * gpus - 1
+        parent = dict(edges)
+        for r in range(nodes * gpus):  # every rank reaches the root
+            seen = set()
+            while r in parent:
+                assert r not in seen
+                seen.add(r)
+                r = parent[r]
+
+
+def test_lock_step_channels_are_few_flows_even_on_1024_gpus():
+    t = topo("multi_node", nodes=128, gpus_per_node=8)
+    cluster = Cluster(t, 1024, simpy.Environment())
+    chosen = plan(cluster, nccl_state(cluster), "all_reduce", 256 * MiB)
+    assert chosen.choice.algorithm in ("ring", "tree")
+    assert len(chosen.flows) <= chosen.choice.channels <= 64
+    assert np.isfinite(chosen.latency_s) and chosen.latency_s > 0

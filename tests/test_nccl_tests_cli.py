@@ -1,0 +1,65 @@
+"""`gansim nccl-tests`: nccl-tests' columns and definitions on a predicted sweep, and bad input
+getting one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gansim.cli.main import main
+from gansim.prediction.nccl_tests import operation_bytes, parse_size, sweep_sizes
+from tests.cli_checks import run_bad
+
+
+def rows_of(capsys, argv):
+    assert main(argv + ["--json"]) == 0
+    out = capsys.readouterr()
+    return json.loads(out.out)["rows"], out.err
+
+
+def test_all_reduce_columns_follow_nccl_tests_definitions(capsys):
+    rows, table = rows_of(capsys, ["nccl-tests", "dgx-a100", "-g", "8", "-b", "8", "-e", "1G", "-f", "8"])
+    assert [r["nbytes"] for r in rows] == [8 * 8**k for k in range(10)]
+    for r in rows:
+        assert r["count"] == r["nbytes"] // 4
+        assert r["algbw_GBps"] == pytest.approx(r["nbytes"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * 7 / 8)  # 2(n-1)/n
+    assert rows[0]["protocol"] == "LL" and rows[-1]["protocol"] == "Simple"
+    header = table.splitlines()[2]
+    for column in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw"):
+        assert column in header
+    assert f"{rows[-1]['nbytes']:>12}  {rows[-1]['count']:>12}     float     sum      -1" in table
+
+
+def test_all_gather_sizes_and_bus_factor(capsys):
+    rows, _ = rows_of(capsys, ["nccl-tests", "dgx-a100", "-g", "3", "-b", "1M", "-e", "4M", "--op", "all_gather"])
+    for r in rows:
+        assert r["nbytes"] == 3 * r["count"] * 4 and r["count"] % 4 == 0  # nccl-tests' per-rank rounding
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 / 3)  # (n-1)/n
+
+
+def test_forcing_nccl_algo_and_proto(capsys):
+    rows, _ = rows_of(capsys, ["nccl-tests", "dgx-a100", "-g", "8", "-b", "64M", "-e", "64M",
+                               "--nccl-algo", "tree", "--nccl-proto", "LL128"])
+    assert (rows[0]["algorithm"], rows[0]["protocol"]) == ("tree", "LL128")
+
+
+def test_size_syntax_and_sweep():
+    assert parse_size("8", "-b") == 8 and parse_size("64K", "-b") == 65536 and parse_size("8G", "-e") == 8 << 30
+    assert sweep_sizes(8, 64, 2) == [8, 16, 32, 64]
+    assert operation_bytes("all_reduce", 1 << 20, 8) == (1 << 20, 1 << 18)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["nccl-tests", "dgx-a100", "-g", "99"], "-g"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "-b", "8X"], "-b"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "-b", "1M", "-e", "1K"], "-e"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "-f", "1"], "-f"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "--op", "all_gather", "--algorithm", "ring"], "--op"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "--algorithm", "no-such"], "--algorithm"),
+    (["nccl-tests", "no-such-box", "-g", "2"], "topology"),
+])
+def test_bad_input_is_one_line(capsys, argv, field):
+    line = run_bad(capsys, argv)
+    assert field in line

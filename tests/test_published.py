@@ -1,0 +1,107 @@
+"""The published nccl-tests measurements (validation/, installed as gansim.shipped_validation):
+every file loads and names its source, the set covers the kinds of system issue 12 asks for,
+and the error table in README.md is what `gansim validate --published` prints today."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gansim.cli.main import main
+from gansim.prediction.nccl_tests import OPS
+from gansim.prediction.published import compare, error_table, load_published, summarize
+from tests.cli_checks import run_bad
+from tests.test_report import assert_clean, render
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def published():
+    files = load_published()
+    return files, [row for f in files for row in compare(f)]
+
+
+def test_every_file_loads_and_names_its_source(published):
+    files, _ = published
+    assert len(files) >= 6
+    for f in files:
+        source = f.spec.source
+        assert source.url.startswith("https://github.com/"), f.path
+        # a repository file is cited at a commit, an issue by its number
+        assert re.search(r"/blob/[0-9a-f]{40}/|/issues/\d+$", source.url), source.url
+        assert source.where and re.fullmatch(r"\d{4}-\d{2}-\d{2}", source.read), f.path
+        assert re.fullmatch(r"\d+\.\d+\.\d+|not stated", f.spec.nccl_version), f.spec.nccl_version
+        topology = f.topology()
+        assert len(topology.ranks) >= f.spec.gpus
+        for m in f.spec.measurements:
+            assert m.op in OPS
+            sizes = [size for size, *_ in m.points]
+            assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), f.path
+            for size, time_us, _algbw, busbw in m.points:
+                assert time_us > 0 and busbw > 0
+
+
+def test_the_set_covers_the_kinds_of_system_asked_for(published):
+    files, _ = published
+    models = {f.spec.name: " ".join(node.model or "" for node in f.topology().nodes.values()) for f in files}
+    kinds = {f.spec.name: f.spec.kind for f in files}
+    single_nvswitch = [n for n, k in kinds.items() if k.startswith("single-node NVSwitch")]
+    assert any("A100" in models[n] for n in single_nvswitch)
+    multi = [n for n, k in kinds.items() if k.startswith("multi-node")]
+    assert any("H100" in models[n] or "H200" in models[n] for n in multi) and len(multi) >= 2
+    assert any(k == "NVLink-bridged pair" for k in kinds.values())
+    assert any(k == "PCIe without peer-to-peer" for k in kinds.values())
+
+
+def test_every_point_is_predicted_and_the_summary_counts_large_messages(published):
+    files, rows = published
+    assert len(rows) == sum(len(m.points) for f in files for m in f.spec.measurements)
+    for r in rows:
+        assert r.predicted_busbw_GBps > 0 and r.algorithm in {"ring", "tree", "nvls", "nvls_tree"}
+        assert r.error == pytest.approx((r.predicted_busbw_GBps - r.measured_busbw_GBps) / r.measured_busbw_GBps)
+    large = [abs(r.error) for r in rows if r.nbytes >= 1 << 20]
+    s = summarize(rows)
+    assert s.points == len(large) and s.worst_abs_error == max(large)
+
+
+def _readout_block(marker: str) -> str:
+    text = README.read_text()
+    match = re.search(rf"<!-- {marker}:start -->\n```text\n(.*?)```\n<!-- {marker}:end -->", text, re.S)
+    assert match, f"README.md has no {marker} block"
+    return match.group(1).rstrip("\n")
+
+
+def test_readme_error_table_is_what_the_command_prints(published):
+    files, rows = published
+    summary, points = error_table(files, rows).split("\n\n")
+    assert _readout_block("validate-published-summary") == summary
+    assert _readout_block("validate-published-points") == points
+
+
+def test_validate_published_cli_prints_the_table_and_writes_the_report(tmp_path, capsys):
+    assert main(["validate", "--published", "a40-nvlink-pair", "--out", str(tmp_path), "--json"]) == 0
+    out = capsys.readouterr()
+    record = json.loads(out.out)
+    assert [s["name"] for s in record["systems"]] == ["a40-nvlink-pair"]
+    assert record["summary"]["points"] == 4 and "a40-nvlink-pair" in out.err
+    html = (tmp_path / "report.html").read_text()
+    assert "a40-nvlink-pair" in html and json.loads((tmp_path / "validation.json").read_text()) == record
+
+
+def test_validate_published_unknown_name_is_one_line(capsys):
+    line = run_bad(capsys, ["validate", "--published", "no-such-system"])
+    assert "--published" in line and "no-such-system" in line and "a40-nvlink-pair" in line
+
+
+def test_published_report_renders_one_panel_per_system_in_chromium(tmp_path):
+    assert main(["validate", "--published", "autodl-2080ti-pcie-no-p2p", "--out", str(tmp_path)]) == 0
+    page = render(tmp_path / "report.html")
+    assert_clean(page)
+    (plot,) = page.plots()
+    assert plot["traces"] == 2 * 3  # three collectives, each a predicted curve and the measured points
+    assert plot["svg_traces"] > 0 and plot["main_svg"] >= 2
+    assert "Error table" in page.dom and "autodl-2080ti-pcie-no-p2p" in page.dom

@@ -1,0 +1,81 @@
+"""Routes: shortest paths (latency, then hops) that never pass through a rank device,
+the same whether found one source at a time or through the hubs of a large network."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from gansim.topology import graph as graph_module
+from gansim.topology.graph import topology_from_dict
+from gansim.topology.paths import Digraph, components, dijkstra, path_to
+
+
+def test_dijkstra_finds_every_shortest_distance_of_a_random_graph():
+    rng = np.random.default_rng(3)
+    n = 30
+    rows, cols = rng.integers(0, n, 120), rng.integers(0, n, 120)
+    keep = rows != cols
+    rows, cols = rows[keep], cols[keep]
+    pair, first = np.unique(rows * n + cols, return_index=True)
+    rows, cols = rows[first], cols[first]
+    weights = rng.integers(1, 9, rows.size).astype(float)
+    # Floyd-Warshall as the reference
+    d = np.full((n, n), np.inf)
+    np.fill_diagonal(d, 0.0)
+    d[rows, cols] = weights
+    for k in range(n):
+        d = np.minimum(d, d[:, k:k + 1] + d[k:k + 1, :])
+    g = Digraph(n, rows, cols, weights)
+    for s in range(n):
+        dist, pred, _ = dijkstra(g, [s])
+        assert {v: dist.get(v, np.inf) for v in range(n)} == {v: d[s, v] for v in range(n)}
+        for v in dist:  # the predecessors make a path of that length
+            path = path_to(pred, s, v)
+            length = sum(weights[(rows == a) & (cols == b)][0] for a, b in zip(path, path[1:]))
+            assert length == dist[v]
+
+
+def test_components_numbers_parts_by_their_smallest_vertex():
+    label = components(7, np.array([5, 1, 3]), np.array([6, 4, 1]))
+    assert label.tolist() == [0, 1, 2, 1, 1, 3, 3]
+
+
+@pytest.mark.parametrize("spec", [
+    {"generator": "multi_node", "params": {"nodes": 5, "gpus_per_node": 4}},
+    {"generator": "switch", "params": {"gpus": 24}},
+    {"generator": "multi_node", "params": {"nodes": 3, "intra": "dgx1"}},
+    # GPUs of one machine on two PCIe switches reach each other as soon through the host as
+    # through their NICs and the network switch: routes of equal length on and off a hub
+    {"generator": "multi_node", "params": {"nodes": 3, "gpus_per_node": 8, "intra": "pcie_tree",
+                                           "intra_params": {"gpus_per_switch": 4}}},
+])
+def test_routes_through_hubs_are_the_routes_found_one_source_at_a_time(monkeypatch, spec):
+    def routes(hub_degree: int) -> list[tuple[list[int], float]]:
+        monkeypatch.setattr(graph_module, "HUB_DEGREE", hub_degree)
+        topo = topology_from_dict({"name": "t", **spec}, "test")
+        assert bool(topo._hub_routing.hubs) == (hub_degree < 10)
+        ranks = topo.ranks
+        ends = ranks + [n for n, spec in topo.nodes.items() if spec.kind in ("nic", "host")]
+        pairs = [(a, b) for a, b in itertools.product(ends, ends) if a != b]
+        return [(r.links.tolist(), r.latency_s) for r in topo.routes(pairs)]
+
+    assert routes(3) == routes(10**6)
+
+
+def test_of_equally_short_routes_the_one_scipys_search_took_is_taken():
+    """Routes were found by scipy's Dijkstra before gansim searched around hubs; where several
+    are equally short (a GPU on the other PCIe switch of its machine: through the host, or
+    out through its NIC and back in through the peer's; a GPU's host: directly or through its
+    NIC), the same one is taken, so that simulated results stay the same."""
+    spec = {"generator": "multi_node", "params": {"nodes": 2, "gpus_per_node": 8, "intra": "pcie_tree",
+                                                  "intra_params": {"gpus_per_switch": 4}}}
+    topo = topology_from_dict({"name": "t", **spec}, "test")
+
+    def hops(src: str, dst: str) -> list[str]:
+        return [topo.link_names[i] for i in topo.route(src, dst).links]
+
+    assert hops("n0.gpu0", "n0.gpu4") == ["n0.gpu0->n0.nic0", "n0.nic0->switch", "switch->n0.nic4", "n0.nic4->n0.gpu4"]
+    assert hops("n0.gpu0", "n0.host") == ["n0.gpu0->n0.nic0", "n0.nic0->n0.host"]

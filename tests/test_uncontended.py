@@ -1,0 +1,190 @@
+"""Collectives played without the flow network (gansim/collectives/uncontended.py) against
+the same runs played transfer by transfer on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gansim.collectives import uncontended
+from gansim.core.config import Scenario, TrainingOptions
+from gansim.runner.point import simulate_point
+from gansim.topology.graph import topology_from_dict
+
+TOPOLOGIES = {
+    "switch": {"generator": "switch", "params": {"gpus": 12, "bandwidth_GBps": 25.0, "latency_us": 1.0}},
+    "multi_node": {"generator": "multi_node", "params": {"nodes": 3, "gpus_per_node": 4}},
+    "pcie_pairs": {"generator": "pcie_tree", "params": {"gpus": 8, "gpus_per_switch": 2}},
+    # one GPU without peer-to-peer per host: its bytes to another GPU are staged in the
+    # receiver's host memory, a resource the route weighs 2 (written, then read back), whose
+    # 20 GB/s (10 GB/s of data) is the slowest part of every hop
+    "staged": {"nodes": [{"id": "sw", "kind": "switch"}]
+               + [{"id": f"h{i}", "kind": "host", "dram_bandwidth_GBps": 20.0} for i in range(6)]
+               + [{"id": f"g{i}", "kind": "gpu", "p2p": False, "tflops": 10.0} for i in range(6)],
+               "links": [{"a": f"g{i}", "b": f"h{i}", "kind": "pcie", "bandwidth_GBps": 15.75, "latency_us": 1.0}
+                         for i in range(6)]
+               + [{"a": f"h{i}", "b": "sw", "kind": "net", "bandwidth_GBps": 25.0, "latency_us": 2.0}
+                  for i in range(6)]},
+}
+GAN = {"name": "small-gan", "bytes_per_param": 4, "networks": {
+    "discriminator": {"params": 233985, "forward_s": 0.0004, "backward_s": 0.0008, "optimizer_s": 0.0001},
+    "generator": {"params": 2051384, "forward_s": 0.0010, "backward_s": 0.0020, "optimizer_s": 0.0004}},
+    "data": {"host_prep_s": 0.0002, "bytes_per_sample": 3136}}
+
+
+def run(monkeypatch, topology: str, algorithm: str, workload, plays: bool, gpus: int = 12, **options):
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0 if plays else 10**18)
+    topo = topology_from_dict({"name": topology, **TOPOLOGIES[topology]}, "test")
+    gpus = min(gpus, len(topo.ranks))
+    scenario = Scenario(name="t", topology="t", workload=workload, gpus=[gpus], algorithms=[algorithm], steps=3,
+                        options=TrainingOptions(**options))
+    seen = []
+    record = simulate_point(scenario, topo, gpus, algorithm,
+                            on_timeline=lambda tl: seen.extend(s.play for s in tl.spans if s.play is not None))
+    return record, len(seen)
+
+
+FIGURES = ("step_time_s", "allreduce_time_s", "busbw_GBps")
+
+
+def assert_same(played: dict, flowed: dict) -> None:
+    for key in FIGURES:
+        assert played[key] == pytest.approx(flowed[key], rel=1e-9, abs=1e-15), key
+    for key, value in flowed["breakdown"].items():
+        assert played["breakdown"][key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert played["bottleneck"]["resource"] == flowed["bottleneck"]["resource"]
+    assert played["bottleneck"]["utilization"] == pytest.approx(flowed["bottleneck"]["utilization"], abs=1e-6)
+
+
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical_ring", "halving_doubling", "tree"])
+def test_an_allreduce_played_uncontended_times_like_the_flow_network(monkeypatch, topology, algorithm):
+    workload = {"allreduce_bytes": 4 * 100_003}  # segments of unequal sizes
+    played, plays = run(monkeypatch, topology, algorithm, workload, plays=True)
+    flowed, none = run(monkeypatch, topology, algorithm, workload, plays=False)
+    assert none == 0
+    if algorithm in ("ring", "hierarchical_ring"):
+        assert plays == 3  # one per step: nothing contends with a ring's transfers here
+    assert_same(played, flowed)
+
+
+@pytest.mark.parametrize("topology", ["switch", "multi_node"])
+@pytest.mark.parametrize("options", [
+    {"overlap": True},
+    {"overlap": True, "compute_cv": 0.3, "broadcast_buffers": True},
+    {"gamma_s_per_byte": 3e-11, "gradient_dtype": "fp16"},
+])
+def test_a_gan_step_with_played_allreduces_times_like_the_flow_network(monkeypatch, topology, options):
+    played, plays = run(monkeypatch, topology, "ring", "paper-mlp-gan", plays=True, **options)
+    flowed, _ = run(monkeypatch, topology, "ring", "paper-mlp-gan", plays=False, **options)
+    assert plays > 0
+    assert_same(played, flowed)
+
+
+def test_a_ring_staged_through_host_memory_is_played_at_its_weighted_rate(monkeypatch):
+    workload = {"allreduce_bytes": 4 * 100_003}
+    played, plays = run(monkeypatch, "staged", "ring", workload, plays=True)
+    flowed, _ = run(monkeypatch, "staged", "ring", workload, plays=False)
+    assert plays == 3
+    assert flowed["bottleneck"]["kind"] == "memory"
+    assert_same(played, flowed)
+    # each hop moves its bytes at 10 GB/s, half the memory's 20 GB/s
+    p, n = 6, workload["allreduce_bytes"]
+    assert flowed["allreduce_time_s"] > 2 * (p - 1) / p * n / 10e9
+
+
+def test_channels_of_one_pair_in_one_step_move_as_one_transfer(monkeypatch):
+    """Two transfers of one pair in one step share its route: the pair is done when both
+    are, at (a + b) / bandwidth, as max-min sharing gives them."""
+    from gansim.collectives import schedules
+
+    def two_channel_ring(ranks: int, count: int, groups=None):
+        one = schedules.ring(ranks, count)
+        steps = []
+        for step in one.steps:
+            half = (step.lo + step.hi) // 2
+            steps.append(schedules.Step(np.concatenate([step.src, step.src]), np.concatenate([step.dst, step.dst]),
+                                        np.concatenate([step.lo, half]), np.concatenate([half, step.hi]),
+                                        step.reduce))
+        return schedules.Schedule("two_channel_ring", ranks, count, tuple(steps))
+
+    monkeypatch.setitem(schedules.ALGORITHMS._items, "two_channel_ring", two_channel_ring)
+    workload = {"allreduce_bytes": 4 * 100_003}
+    played, plays = run(monkeypatch, "switch", "two_channel_ring", workload, plays=True)
+    flowed, _ = run(monkeypatch, "switch", "two_channel_ring", workload, plays=False)
+    assert plays == 3
+    assert_same(played, flowed)
+
+
+def test_a_schedule_whose_pairs_share_a_link_in_one_step_is_not_played(monkeypatch):
+    # reduce_to_one: every rank sends to rank 0 at once, over rank 0's one link
+    workload = {"allreduce_bytes": 4 * 100_003}
+    _, plays = run(monkeypatch, "switch", "reduce_to_one", workload, plays=True)
+    assert plays == 0
+
+
+class _Spans:
+    def __init__(self, res, lo, hi):
+        self.spans = (np.array(res), np.array(lo, dtype=float), np.array(hi, dtype=float))
+        self.early_exit = False
+
+    def resource_spans(self):
+        return self.spans
+
+
+def test_overlap_with_an_outside_flow_or_another_play_is_found():
+    play = _Spans([3, 4], [1.0, 1.0], [2.0, 2.0])
+    no_flows = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+    assert not uncontended.contended([play], *no_flows)
+    # a flow on another resource, or on the same one before or after (touching), is fine
+    assert not uncontended.contended([play], np.array([5, 3, 3]), np.array([1.5, 0.0, 2.0]),
+                                     np.array([1.8, 1.0, 3.0]))
+    assert uncontended.contended([play], np.array([4]), np.array([1.9]), np.array([2.5]))
+    assert uncontended.contended([play], np.array([4]), np.array([0.5]), np.array([1.1]))
+    # two flows overlapping each other are the flow network's business
+    assert not uncontended.contended([play], np.array([7, 7]), np.array([0.0, 0.5]), np.array([1.0, 1.5]))
+    assert uncontended.contended([play, _Spans([4], [1.5], [3.0])], *no_flows)
+    assert not uncontended.contended([play, _Spans([4], [2.0], [3.0])], *no_flows)
+
+
+def test_a_run_whose_played_links_something_else_used_is_played_again_on_the_flow_network(monkeypatch):
+    """On PCIe switches of two GPUs, a ring's hop between switches crosses the host's link
+    to the next switch, which that switch's GPUs' host-to-device copies also use; with no
+    compute between one step's all-reduce and the next step's copy, they meet."""
+    gan = {**GAN, "networks": {name: {**net, "optimizer_s": 0.0, "forward_s": 0.0}
+                               for name, net in GAN["networks"].items()}, "data": {"host_prep_s": 0.0,
+                                                                                   "bytes_per_sample": 3136}}
+    played, plays = run(monkeypatch, "pcie_pairs", "ring", gan, plays=True, gpus=8)
+    flowed, _ = run(monkeypatch, "pcie_pairs", "ring", gan, plays=False, gpus=8)
+    assert plays == 0  # found contended, played again without plays
+    assert played == flowed
+
+
+def test_the_trace_of_a_played_allreduce_shows_what_the_flow_network_would(monkeypatch):
+    """The first transfers a play keeps give the same send and step events as the flow
+    network's own trace, up to where the play stopped keeping them."""
+    import json
+
+    from gansim.outputs.trace import chrome_trace
+
+    def trace(plays: bool) -> dict:
+        monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0 if plays else 10**18)
+        topo = topology_from_dict({"name": "multi_node", **TOPOLOGIES["multi_node"]}, "test")
+        scenario = Scenario(name="t", topology="t", workload={"allreduce_bytes": 4 * 100_003}, gpus=[12],
+                            algorithms=["ring"], steps=2)
+        box = {}
+        simulate_point(scenario, topo, 12, "ring", on_timeline=lambda tl: box.setdefault("doc", json.loads(
+            chrome_trace(tl, "t"))), keep_transfers=100)
+        return box["doc"]
+
+    played, flowed = trace(True), trace(False)
+    assert played["otherData"]["truncated"] and not flowed["otherData"]["truncated"]
+    until = played["otherData"]["window_us"]
+    assert 0 < until < flowed["otherData"]["window_us"]
+
+    def events(doc, cat):
+        return sorted((e["ts"], e["dur"], e["pid"], e["name"], json.dumps(e.get("args"), sort_keys=True))
+                      for e in doc["traceEvents"] if e.get("cat") == cat and e["ts"] < until)
+
+    for cat in ("send", "all-reduce steps"):
+        assert events(played, cat) and events(played, cat) == events(flowed, cat)
