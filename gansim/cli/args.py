@@ -8,17 +8,8 @@ from typing import Callable, NoReturn
 
 from gansim.core import limits
 from gansim.core.errors import UserInputError
-from gansim.outputs.results import SIMULATE_OUTPUTS
-from gansim.outputs.validation import VALIDATION_OUTPUTS
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
-
-# The single files `plan --out` and `topology show --out` write
-PLAN_OUTPUT, TOPOLOGY_OUTPUT = "plan.json", "topology.html"
-# What gansim's commands write into an --out folder: simulate and validate replace theirs as a
-# whole and keep the others' (gansim.core.files.replaced_dir); anything else there is not theirs
-# to replace
-KNOWN_OUTPUTS = frozenset(SIMULATE_OUTPUTS + VALIDATION_OUTPUTS + (PLAN_OUTPUT, TOPOLOGY_OUTPUT))
 
 
 class OneLineParser(argparse.ArgumentParser):

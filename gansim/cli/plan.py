@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from gansim.cli.args import PLAN_OUTPUT, positive_int_list
+from gansim.cli.args import positive_int_list
 from gansim.core.errors import UserInputError
 from gansim.core.files import atomic_write, check_output_dir
 from gansim.core.units import HOUR
+from gansim.outputs.names import PLAN_OUTPUT
 from gansim.whatif.catalog import load_catalog, platform_names
 from gansim.whatif.datasets import dataset_for
 from gansim.whatif.plan import format_plan, plan

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, KNOWN_OUTPUTS, positive_float, positive_int_list
+from gansim.cli.args import EXIT_OK, positive_float, positive_int_list
 from gansim.core.files import check_output_dir, replaced_dir
-from gansim.outputs.validation import VALIDATION_OUTPUTS
+from gansim.outputs.names import KNOWN_OUTPUTS, VALIDATION_OUTPUTS
 
 
 def register(sub: Any) -> None:

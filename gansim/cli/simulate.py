@@ -12,12 +12,13 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from gansim.cli.args import EXIT_OK, KNOWN_OUTPUTS, positive_int
+from gansim.cli.args import EXIT_OK, positive_int
 from gansim.core import limits
 from gansim.core.errors import UserInputError
 from gansim.core.files import check_output_dir, folder_name, replaced_dir
 from gansim.core.version import __version__
-from gansim.outputs.results import SIMULATE_OUTPUTS, table, to_json, write_run_outputs
+from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS
+from gansim.outputs.results import table, to_json, write_run_outputs
 from gansim.outputs.trace import run_details
 from gansim.runner.scenario import LoadedScenario
 from gansim.runner.sweep import TRACE_POLICIES, ScenarioResult

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, TOPOLOGY_OUTPUT, OneLineParser
+from gansim.cli.args import EXIT_OK, OneLineParser
 from gansim.core.files import atomic_write, check_output_dir
+from gansim.outputs.names import TOPOLOGY_OUTPUT
 from gansim.outputs.report import topology_page
 from gansim.topology.graph import load_topology, summarize
 

@@ -19,10 +19,6 @@ if TYPE_CHECKING:  # the profile's models cost a fifth of a second that `gansim 
     from gansim.prediction.validation import ValidationReport
 
 
-# everything write_validation writes into its folder
-VALIDATION_OUTPUTS = ("validation.json", "report.html")
-
-
 def write_validation(out_dir: Path, report: ValidationReport, *, source: str) -> list[Path]:
     sizes = [r.world_size for r in report.rows]
     fig = Figure()
