@@ -51,6 +51,7 @@ from gansim.core.config import (
     CoefficientOfVariation,
     Count,
     DStepCount,
+    MAX_BYTES,
     Multiplier,
     PositiveByteCount,
     PositiveSeconds,
@@ -228,8 +229,8 @@ class Measured(_Model):
 
 class GradientBytes(_Model):
     # at least one float32 per network (the prediction counts parameters as bytes / 4)
-    discriminator: Annotated[int, Field(ge=4, le=2**50)]
-    generator: Annotated[int, Field(ge=4, le=2**50)]
+    discriminator: Annotated[int, Field(ge=4, le=MAX_BYTES)]
+    generator: Annotated[int, Field(ge=4, le=MAX_BYTES)]
 
 
 class BufferBytes(_Model):
@@ -244,8 +245,8 @@ class GradientBuckets(_Model):
     formed them): bytes each."""
 
     # at least one float32 each: predict() caps DDP's buckets at the smallest (bucket_caps_MiB)
-    discriminator: list[Annotated[int, Field(ge=4, le=2**50)]] = Field(default_factory=list)
-    generator: list[Annotated[int, Field(ge=4, le=2**50)]] = Field(default_factory=list)
+    discriminator: list[Annotated[int, Field(ge=4, le=MAX_BYTES)]] = Field(default_factory=list)
+    generator: list[Annotated[int, Field(ge=4, le=MAX_BYTES)]] = Field(default_factory=list)
 
 
 class Fit(_Model):

@@ -78,9 +78,10 @@ Tflops = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, " TFLOP/s")]
 MemoryGB = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, " GB")]
 Multiplier = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, "")]
 Fraction = Annotated[float, Field(gt=0, le=1), at_least(1e-6, "")]
-ByteCount = Annotated[int, Field(ge=0, le=2**50)]  # up to 1 PiB
-PositiveByteCount = Annotated[int, Field(ge=1, le=2**50)]
-Bytes = Annotated[float, Field(ge=0, le=2.0**50)]
+MAX_BYTES = 2**50  # 1 PiB: any one buffer, message or file
+ByteCount = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+PositiveByteCount = Annotated[int, Field(ge=1, le=MAX_BYTES)]
+Bytes = Annotated[float, Field(ge=0, le=float(MAX_BYTES))]
 ParamCount = Annotated[int, Field(ge=1, le=10**13)]
 Count = Annotated[int, Field(ge=1, le=10**9)]  # cores, threads, batch sizes, queue depths
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
