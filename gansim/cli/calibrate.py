@@ -309,6 +309,9 @@ def run_from_trace(args) -> int:
     if getattr(args, "script", None) or getattr(args, "script_args", None):
         raise UserInputError("give either --from-trace or --script, not both", field="--from-trace")
     for path in args.from_trace:
+        if os.path.isdir(path):
+            raise UserInputError("is a directory; allowed: a trace file (.json or .json.gz)", source=path,
+                                 field="--from-trace")
         if not os.path.isfile(path):
             raise UserInputError("file does not exist", source=path, field="--from-trace")
     profile = import_traces(args.from_trace, overhead_s_per_event=overhead_s, log=_log,

@@ -75,6 +75,8 @@ WORKERS = Limit("workers", 64, "worker processes")
 YAML_BYTES = Limit("yaml_bytes", 8 * 1024 * 1024, "bytes in one YAML file")
 YAML_DEPTH = Limit("yaml_depth", 64, "levels of nesting in one YAML file")
 YAML_NODES = Limit("yaml_nodes", 1_000_000, "values in one YAML file once its aliases are expanded")
+# a trace's JSON text once decompressed; read into Python objects it takes several times that
+TRACE_BYTES = Limit("trace_bytes", 256 * 1024 * 1024, "bytes in one torch.profiler trace (decompressed)")
 
 ALL = (RUNS, RANKS, TOPOLOGY_NODES, TOPOLOGY_LINKS, STEPS, D_STEPS, SEGMENTS, TASKS, WORKERS, YAML_BYTES, YAML_DEPTH,
-       YAML_NODES)
+       YAML_NODES, TRACE_BYTES)
