@@ -12,8 +12,9 @@ import yaml
 
 BOX = {
     "name": "box",
-    "nodes": [{"id": "host0", "kind": "host", "cores": 4},
-              {"id": "gpu0", "kind": "gpu", "tflops": 10.0, "memory_GB": 11.0},
+    "nodes": [{"id": "host0", "kind": "host", "cores": 4, "dram_bandwidth_GBps": 50.0},
+              {"id": "gpu0", "kind": "gpu", "tflops": 10.0, "memory_GB": 11.0, "memory_bandwidth_GBps": 484.0,
+               "compute_capability": 6.1},
               {"id": "gpu1", "kind": "gpu", "tflops": 10.0, "memory_GB": 11.0, "threads": 2}],
     "links": [{"a": "host0", "b": "gpu0", "kind": "pcie", "bandwidth_GBps": 12.0, "latency_us": 1.0},
               {"a": "host0", "b": "gpu1", "kind": "pcie", "bandwidth_GBps": 12.0, "latency_us": 1.0}],
@@ -57,7 +58,8 @@ PROFILE = {
     "provenance": {"host": "h", "device": "cpu", "backend": "gloo", "torch": "2.13.0", "date": "2026-01-01",
                    "model": "paper-mlp-gan", "batch_size": 64, "cores": 2, "mode": "flat", "threads": 1,
                    "steps": 30, "warmup": 5, "repeats": 2, "d_steps": 1, "world_sizes": [1, 2],
-                   "load_average_start": 0.5, "load_average_end": 0.7},
+                   "load_average_start": 0.5, "load_average_end": 0.7, "device_tflops": 1.0,
+                   "device_memory_bandwidth_GBps": 20.0},
     "measured": {
         "step_time_s": {"1": 0.07, "2": 0.09},
         "repeat_step_time_s": {"1": [0.07, 0.071], "2": [0.09, 0.091]},
@@ -68,11 +70,18 @@ PROFILE = {
         "reduction": [{"bytes": 65536, "time_s": 0.00001, "iters": 20}],
         "compute_only": {"1": {p: 0.01 for p in PHASE_NAMES}},
         "steal_fraction": {"1": [0.01], "2": [0.02]},
+        # what --script and --from-trace profiles add
+        "collectives": {"2": [{"op": "allreduce", "phase": "d_backward_s", "occurrence": 1, "owner": "ddp0",
+                               "bytes": 935940, "per_step": 1.0}]},
+        "phase_costs": {"d_forward_s": {"flops": 1e8, "bytes": 1e6}},
+        "profiler": {"overhead_s_per_event": 1e-6, "events_per_step": {"d_forward_s": 100.0},
+                     "raw_phases": {"d_forward_s": 0.011}, "resolution_s": 1e-9},
     },
     "fit": {"alpha_s": 0.0002, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10,
             "compute": {**{p: 0.01 for p in PHASE_NAMES}, "step_s": 0.07}, "core_sharing": {"1": 1.0, "2": 1.1},
             "compute_cv": 0.05, "gradient_bytes": {"discriminator": 935940, "generator": 8205536},
             "buffer_bytes": {"discriminator": 0, "generator": 17616},
+            "gradient_buckets": {"discriminator": [935940], "generator": [8205536]},
             "residuals": {"2": {"4096": 0.03}}, "rms_relative_residual": 0.03},
 }
 
@@ -119,3 +128,26 @@ def write_files(folder: Path, files: dict[str, Any]) -> None:
             path.write_text(yaml.safe_dump(content, sort_keys=False, allow_unicode=True))
 
 
+
+
+def _trace_event(name: str, ts: float, dur: float, cat: str = "user_annotation", **args: Any) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+# A torch.profiler (Kineto) trace of one rank: two steps, each phase labelled with
+# record_function, one matrix product with its FLOPs (what `calibrate --from-trace` reads)
+TRACE = {
+    "schemaVersion": 1,
+    "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
+    "record_shapes": 1,
+    "traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        *(event for step in range(2) for event in (
+            _trace_event(f"ProfilerStep#{step + 1}", 1000.0 + 1000 * step, 900.0),
+            *(_trace_event(phase.removesuffix("_s"), 1010.0 + 1000 * step + 140 * k, 130.0)
+              for k, phase in enumerate(PHASE_NAMES[1:])),
+            _trace_event("aten::mm", 1020.0 + 1000 * step, 50.0, cat="cpu_op", flops=2_000_000,
+                         **{"Input Dims": [[64, 100], [100, 10]], "Input type": ["float", "float"]}),
+        )),
+    ],
+}

@@ -9,6 +9,7 @@ where a hang, runaway memory or a signal must be observed."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 import random
@@ -27,9 +28,10 @@ import pytest
 from gansim.cli.main import main
 from gansim.core import limits
 from gansim.core.errors import UserInputError
+from gansim.prediction.published import compare, load_published
 from gansim.topology.generators import GENERATORS
 from gansim.whatif.catalog import load_catalog_from
-from tests.hostile import BOX, GOOD, PHASE_NAMES, PROFILE, leaves, replaced, without, write_files
+from tests.hostile import BOX, GOOD, PHASE_NAMES, PROFILE, TRACE, leaves, replaced, without, write_files
 
 # A case that takes longer than this hangs (every one of them is refused before any work)
 TIME_BOUND_S = 20.0
@@ -180,6 +182,7 @@ def file_cases() -> Iterator[Case]:
         yield Case(f"scenario-file-{name}", ["simulate", "{dir}/f.yaml", "--out", "{out}"], {"f.yaml": data},
                    env, expect)
         yield Case(f"topology-file-{name}", ["topology", "show", "{dir}/f.yaml"], {"f.yaml": data}, env, expect)
+        yield Case(f"nccl-tests-file-{name}", ["nccl-tests", "{dir}/f.yaml", "-g", "2"], {"f.yaml": data}, env, expect)
         yield Case(f"plan-file-{name}", ["plan", "{dir}/f.yaml", "--platforms", "aws-p3.2xlarge"], {"f.yaml": data},
                    env, expect)
         yield Case(f"scenario-topology-file-{name}", ["simulate", "{dir}/s.yaml", "--out", "{out}"],
@@ -192,7 +195,8 @@ def file_cases() -> Iterator[Case]:
         env = {"GANSIM_MAX_YAML_BYTES": "1000"} if name == "oversized" else {}
         yield Case(f"profile-file-{name}", ["predict", "--profile", "{dir}/p.json"], {"p.json": data}, env, expect)
     for command in (["simulate", "{dir}"], ["topology", "show", "{dir}"], ["plan", "{dir}"],
-                    ["predict", "--profile", "{dir}"], ["validate", "--profile", "{dir}"]):
+                    ["predict", "--profile", "{dir}"], ["validate", "--profile", "{dir}"],
+                    ["nccl-tests", "{dir}", "-g", "2"], ["calibrate", "--from-trace", "{dir}", "--out", "{dir}/p.json"]):
         yield Case(f"directory-as-file-{command[0]}", command, expect="directory")
     for command in (["simulate", "{dir}/none.yaml"], ["topology", "show", "{dir}/none.yaml"],
                     ["predict", "--profile", "{dir}/none.json"]):
@@ -248,6 +252,8 @@ def structure_cases() -> Iterator[Case]:
     dup_box["nodes"].append(dict(BOX["nodes"][1]))
     yield sim("topology-duplicate-node", GOOD, "nodes[3].id", **{"box.yaml": dup_box})
     yield sim("topology-both-forms", GOOD, "", **{"box.yaml": {**BOX, "generator": "ring"}})
+    for name, value in (("p2p", 1), ("p2p", "yes"), ("p2p", None), ("nvlink_sharp", "yes"), ("nvlink_sharp", 0)):
+        yield sim(f"topology-{name}={value!r}", GOOD, name, **{"box.yaml": replaced(BOX, ("nodes", 1, name), value)})
     yield sim("topology-no-gpus", GOOD, "nodes", **{"box.yaml": {
         "name": "b", "nodes": [{"id": "h", "kind": "host"}, {"id": "s", "kind": "switch"}],
         "links": [{"a": "h", "b": "s", "kind": "pcie", "bandwidth_GBps": 1.0, "latency_us": 1.0}]}})
@@ -345,12 +351,15 @@ def flag_cases() -> Iterator[Case]:
 
 def output_cases() -> Iterator[Case]:
     """--out that cannot take the results: found before any simulating."""
+    published = ["validate", "--published", "a40-nvlink-pair"]
     for name, argv in (("simulate", ["simulate", "{good}"]), ("validate", ["validate", "--profile", "{profile}"]),
-                       ("plan", ["plan", "seed000-dcgan-clouds"]), ("topology", ["topology", "show", "{box}"])):
+                       ("plan", ["plan", "seed000-dcgan-clouds"]), ("topology", ["topology", "show", "{box}"]),
+                       ("validate-published", published)):
         yield Case(f"out-is-a-file-{name}", argv + ["--out", "{dir}/file"], {"file": b"x"}, expect="--out")
         yield Case(f"out-below-a-file-{name}", argv + ["--out", "{dir}/file/sub"], {"file": b"x"},
                    expect="not a directory")
-    for name, argv in (("simulate", ["simulate", "{good}"]), ("validate", ["validate", "--profile", "{profile}"])):
+    for name, argv in (("simulate", ["simulate", "{good}"]), ("validate", ["validate", "--profile", "{profile}"]),
+                       ("validate-published", published)):
         yield Case(f"out-is-cwd-{name}", argv + ["--out", "."], cwd=True, expect="current folder")
         yield Case(f"out-is-above-cwd-{name}", argv + ["--out", ".."], cwd=True, expect="current folder")
         yield Case(f"out-is-root-{name}", argv + ["--out", "/"], expect="--out")
@@ -358,10 +367,142 @@ def output_cases() -> Iterator[Case]:
                    expect="folders gansim did not write")
 
 
+# Numbers no flag may take (as typed on a command line)
+HOSTILE_FLAG_NUMBERS = ("nan", "inf", "-inf", "-1", "0", "1e308", "true", "", "x")
+
+
+def nccl_tests_cases() -> Iterator[Case]:
+    """`gansim nccl-tests`: its flags, and a topology with the node fields NCCL's model reads."""
+    base = ["nccl-tests", "{box}"]
+    for value in ("0", "-1", "x", "1.5", "nan", "3", "100000000000"):
+        yield Case(f"nccl-tests-g={value!r}", base + ["-g", value], expect="-g")
+    for flag in ("-b", "-e"):
+        for value in ("nan", "inf", "-1", "0", "9" * 400, "1e3", "2P", "", "1.5T"):
+            yield Case(f"nccl-tests{flag}={value[:12]!r}", base + ["-g", "2", flag, value], expect=flag)
+    for value in (*HOSTILE_FLAG_NUMBERS, "1", "0.5"):
+        yield Case(f"nccl-tests-f={value!r}", base + ["-g", "2", "-f", value], expect="-f")
+    yield Case("nccl-tests-e-below-b", base + ["-g", "2", "-b", "1M", "-e", "1K"], expect="-e")
+    for flag, value in (("--op", "all_to_all"), ("--algorithm", "butterfly"), ("--nccl-algo", "collnet"),
+                        ("--nccl-proto", "LL256")):
+        yield Case(f"nccl-tests{flag}={value}", base + ["-g", "2", flag, value], expect=flag)
+    yield Case("nccl-tests-textbook-all-gather", base + ["-g", "2", "--algorithm", "ring", "--op", "all_gather"],
+               expect="--op")
+    yield Case("nccl-tests-no-g", base, expect="-g")
+    for field, value in (("compute_capability", float("nan")), ("compute_capability", 0.5),
+                         ("memory_bandwidth_GBps", float("inf")), ("p2p", "no")):
+        yield Case(f"nccl-tests-node-{field}={value!r}", ["nccl-tests", "{dir}/t.yaml", "-g", "2"],
+                   {"t.yaml": replaced(BOX, ("nodes", 1, field), value)}, expect=field)
+    yield Case("nccl-tests-host-dram=-1", ["nccl-tests", "{dir}/t.yaml", "-g", "2"],
+               {"t.yaml": replaced(BOX, ("nodes", 0, "dram_bandwidth_GBps"), -1.0)}, expect="dram_bandwidth_GBps")
+
+
+def published_cases() -> Iterator[Case]:
+    """`gansim validate --published NAME` names one of the shipped tables; the tables
+    themselves are tested below (test_hostile_published_table)."""
+    for name in ("no-such-system", "../scenarios/paper-table3", ""):
+        if name:
+            yield Case(f"validate-published={name!r}", ["validate", "--published", name, "--out", "{dir}/o"],
+                       expect="--published")
+    yield Case("validate-published-and-profile", ["validate", "--published", "--profile", "{profile}"],
+               expect="--profile")
+
+
+def trace_files() -> Iterator[tuple[str, Any, str, dict[str, str]]]:
+    """(name, the trace: a mapping or bytes, a piece of the message, environment)."""
+    rng = random.Random(14)
+    text = json.dumps(TRACE).encode()
+    yield "not-json", b"{not json", "not a JSON Chrome trace", {}
+    yield "empty", b"", "not a JSON Chrome trace", {}
+    yield "binary", bytes(rng.randrange(256) for _ in range(2048)), "", {}
+    yield "utf16", json.dumps(TRACE).encode("utf-16"), "not a JSON Chrome trace", {}
+    yield "nan-constant", text.replace(b'"dur": 900.0', b'"dur": NaN', 1), "NaN", {}
+    yield "deep", b"[" * 100_000 + b"]" * 100_000, "not a JSON Chrome trace", {}
+    yield "huge", text, "GANSIM_MAX_TRACE_BYTES", {"GANSIM_MAX_TRACE_BYTES": "1000"}
+    yield "top-level-list", [TRACE], "traceEvents", {}
+    yield "no-events", without(TRACE, "traceEvents"), "traceEvents", {}
+    yield "events-not-a-list", {**TRACE, "traceEvents": {"a": 1}}, "traceEvents", {}
+    yield "no-kineto-keys", {"traceEvents": TRACE["traceEvents"]}, "Kineto", {}
+    steps_gone = [e for e in TRACE["traceEvents"] if not str(e.get("name")).startswith("ProfilerStep")]
+    yield "no-steps", {**TRACE, "traceEvents": steps_gone}, "ProfilerStep", {}
+    yield ("steps-not-complete", replaced(replaced(TRACE, ("traceEvents", 1, "ph"), "i"), ("traceEvents", 9, "ph"), "i"),
+           "ProfilerStep", {})
+    yield "no-phases", {**TRACE, "traceEvents": [e for e in TRACE["traceEvents"] if e.get("cat") != "user_annotation"
+                                                 or e["name"].startswith("ProfilerStep")]}, "optimizer", {}
+    for field, value in (("name", 5), ("ts", "1000"), ("ts", True), ("dur", -1.0), ("dur", 1e308), ("args", [1])):
+        yield f"event-{field}={value!r}", replaced(TRACE, ("traceEvents", 2, field), value), "traceEvents[2]", {}
+    for field, value in (("world_size", "2"), ("world_size", 0), ("world_size", 10**9), ("rank", 5), ("rank", True)):
+        yield (f"distributed-{field}={value!r}", replaced(TRACE, ("distributedInfo", field), value),
+               f"distributedInfo.{field}", {})
+    yield "distributed-not-a-mapping", {**TRACE, "distributedInfo": [1]}, "distributedInfo", {}
+    yield "flops-beyond-any-phase", replaced(TRACE, ("traceEvents", 8, "args", "flops"), 1e30), "flops", {}
+    yield "dims-garbage", replaced(TRACE, ("traceEvents", 8, "args", "Input Dims"), [["x", 1e300], {}]), "", {}
+
+
+def trace_cases() -> Iterator[Case]:
+    """`gansim calibrate --from-trace`: traces that are not one, too large, or lacking what is read."""
+    calibrate = ["calibrate", "--profiler-overhead-us", "0", "--out", "{dir}/p.json", "--from-trace"]
+    for name, doc, expect, env in trace_files():
+        if name == "dims-garbage":  # shapes it cannot read are unknown, not an error: the trace imports
+            continue
+        yield Case(f"trace-{name}", calibrate + ["{dir}/t.json"], {"t.json": doc}, env, expect)
+    yield Case("trace-gzip-bomb", calibrate + ["{dir}/t.json.gz"],
+               {"t.json.gz": gzip.compress(b" " * 4_000_000)}, {"GANSIM_MAX_TRACE_BYTES": "100000"},
+               "GANSIM_MAX_TRACE_BYTES")
+    yield Case("trace-gz-not-gzip", calibrate + ["{dir}/t.json.gz"], {"t.json.gz": json.dumps(TRACE).encode()},
+               expect="cannot read the trace")
+    yield Case("trace-missing", calibrate + ["{dir}/none.json"], expect="none.json")
+    yield Case("trace-two-of-rank-0", calibrate + ["{dir}/a.json", "{dir}/b.json"],
+               {"a.json": TRACE, "b.json": TRACE}, expect="distributedInfo.rank")
+    yield Case("trace-two-world-sizes", calibrate + ["{dir}/a.json", "{dir}/b.json"],
+               {"a.json": TRACE, "b.json": replaced(replaced(TRACE, ("distributedInfo", "world_size"), 2),
+                                                    ("distributedInfo", "rank"), 1)}, expect="world_size")
+    for value in ("nan", "inf", "-1", "1e308", "x"):
+        yield Case(f"trace-overhead={value}", ["calibrate", "--from-trace", "{dir}/t.json", "--out", "{dir}/p.json",
+                                               "--profiler-overhead-us", value], {"t.json": TRACE},
+                   expect="--profiler-overhead-us")
+    yield Case("trace-and-script", calibrate + ["{dir}/t.json", "--script", "{dir}/t.py"],
+               {"t.json": TRACE, "t.py": b"pass\n"}, expect="--from-trace")
+
+
+def calibrate_source_cases() -> Iterator[Case]:
+    """`calibrate --script` and the device figures a profile keeps for the roofline."""
+    script = ["calibrate", "--out", "{dir}/p.json", "--script"]
+    yield Case("script-missing", script + ["{dir}/none.py"], expect="--script")
+    yield Case("script-directory", script + ["{dir}"], expect="--script")
+    yield Case("script-not-python", script + ["{dir}/train.sh"], {"train.sh": b"echo\n"}, expect="--script")
+    yield Case("script-args-without-script", ["calibrate", "--out", "{dir}/p.json", "--", "--lr", "1"],
+               expect="calibrate")
+    for flag in ("--device-tflops", "--device-memory-bandwidth-GBps"):
+        for value in HOSTILE_FLAG_NUMBERS:
+            yield Case(f"calibrate{flag}={value!r}", script + ["{dir}/t.py", flag, value], {"t.py": b"pass\n"},
+                       expect=flag)
+            yield Case(f"trace{flag}={value!r}", ["calibrate", "--from-trace", "{dir}/t.json", "--out",
+                                                  "{dir}/p.json", "--profiler-overhead-us", "0", flag, value],
+                       {"t.json": TRACE}, expect=flag)
+
+
+def predict_device_cases() -> Iterator[Case]:
+    """`predict --topology` to another device: the measured device's figures, and what the
+    roofline needs."""
+    base = ["predict", "--profile", "{profile}", "--topology", "{box}", "--world-sizes", "1,2"]
+    for flag in ("--measured-tflops", "--measured-memory-bandwidth-GBps"):
+        for value in HOSTILE_FLAG_NUMBERS:
+            yield Case(f"predict{flag}={value!r}", base + [flag, value], expect=flag)
+    no_figures = without(without(PROFILE, "provenance", "device_tflops"), "provenance", "device_memory_bandwidth_GBps")
+    yield Case("predict-device-without-figures", ["predict", "--profile", "{dir}/p.json", "--topology", "{box}",
+                                                  "--world-sizes", "1,2"], {"p.json": no_figures},
+               expect="--measured-tflops")
+    yield Case("predict-phase-without-costs", base, expect="phase_costs.d_backward_s")
+    yield Case("predict-target-without-figures", ["predict", "--profile", "{profile}", "--topology", "{dir}/t.yaml",
+                                                  "--world-sizes", "1,2"],
+               {"t.yaml": without(BOX, "nodes", 1, "memory_bandwidth_GBps")}, expect="memory_bandwidth_GBps")
+
+
 def all_cases() -> list[Case]:
     cases = [*scenario_number_cases(), *topology_number_cases(), *generator_number_cases(),
              *profile_number_cases(), *profile_model_cases(), *file_cases(), *structure_cases(), *limit_cases(),
-             *flag_cases(), *output_cases()]
+             *flag_cases(), *output_cases(), *nccl_tests_cases(), *published_cases(), *trace_cases(),
+             *calibrate_source_cases(), *predict_device_cases()]
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases
@@ -520,6 +661,70 @@ def test_hostile_platform_catalog(name, doc, tmp_path):
         load_catalog_from(tmp_path)
     assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "cloud.yaml"))
     assert time.monotonic() - start < TIME_BOUND_S
+
+
+# ----------------------------------------------------------------------------- published tables
+PUBLISHED = {
+    "name": "pair", "kind": "NVLink pair", "system": "Two GPUs joined by one NVLink bridge", "nccl_version": "2.16.2",
+    "source": {"url": "https://example.org/table", "where": "table 1", "read": "2026-11-23"},
+    "topology": {"name": "pair", "nodes": [{"id": f"gpu{i}", "kind": "gpu", "model": "NVIDIA A40", "tflops": 37.4,
+                                            "memory_GB": 48.0} for i in range(2)],
+                 "links": [{"a": "gpu0", "b": "gpu1", "kind": "nvlink", "bandwidth_GBps": 56.25, "latency_us": 0.5}]},
+    "gpus": 2,
+    "measurements": [{"op": "all_reduce", "points": [[1048576, 50.0, 20.97, 20.97]]}],
+}
+
+
+def published_table_cases() -> Iterator[tuple[str, Any]]:
+    for path, _ in leaves(PUBLISHED, every=True):
+        for label, value in (("nan", float("nan")), ("1e308", 1e308), ("true", True), ("string", "1")):
+            yield f"{'.'.join(map(str, path))}={label}", replaced(PUBLISHED, path, value)
+    point = PUBLISHED["measurements"][0]["points"][0]
+    for name, path, value in (
+        ("row-of-three", ("measurements", 0, "points", 0), point[:3]),
+        ("row-of-five", ("measurements", 0, "points", 0), [*point, 1.0]),
+        ("no-points", ("measurements", 0, "points"), []),
+        ("zero-busbw", ("measurements", 0, "points", 0, 3), 0.0),
+        ("unknown-op", ("measurements", 0, "op"), "all_to_all"),
+        ("one-gpu", ("gpus",), 1),
+        ("more-gpus-than-topology", ("gpus",), 3),
+        ("name-not-the-file", ("name",), "other"),
+        ("topology-not-a-mapping", ("topology",), [1]),
+        ("topology-bad-link-end", ("topology", "links", 0, "b"), "gpu9"),
+    ):
+        yield name, replaced(PUBLISHED, path, value)
+    yield "no-source", without(PUBLISHED, "source")
+    yield "unknown-field", {**PUBLISHED, "colour": 1}
+
+
+def test_the_published_table_the_cases_start_from_is_good(tmp_path):
+    write_files(tmp_path, {"pair.yaml": PUBLISHED})
+    (table,) = load_published(directory=tmp_path)
+    (row,) = compare(table)
+    assert row.predicted_busbw_GBps > 0
+
+
+@pytest.mark.parametrize("name,doc", list(published_table_cases()), ids=[n for n, _ in published_table_cases()])
+def test_hostile_published_table(name, doc, tmp_path):
+    """validation/*.yaml: each table is read, its topology built and its points predicted
+    (what `validate --published` does) or refused with one line naming the file."""
+    write_files(tmp_path, {"pair.yaml": doc})
+    start = time.monotonic()
+    with pytest.raises(UserInputError) as err:
+        for table in load_published(directory=tmp_path):
+            compare(table)
+    assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "pair.yaml"))
+    assert time.monotonic() - start < TIME_BOUND_S
+
+
+def test_a_trace_with_shapes_it_cannot_read_imports_without_them(tmp_path, capsys):
+    """Input Dims that are not whole numbers count as unknown (no FLOPs, no bytes), as a
+    trace recorded without record_shapes would."""
+    (name, doc, _, _), = [case for case in trace_files() if case[0] == "dims-garbage"]
+    write_files(tmp_path, {"t.json": doc})
+    assert run_cli(["calibrate", "--from-trace", str(tmp_path / "t.json"), "--profiler-overhead-us", "0",
+                    "--out", str(tmp_path / "p.json")]) == 0, capsys.readouterr().err
+    assert run_cli(["predict", "--profile", str(tmp_path / "p.json"), "--world-sizes", "1,2"]) == 0
 
 
 # ----------------------------------------------------------------------------- output folders

@@ -184,3 +184,28 @@ def test_every_valid_profile_predicts_finite_numbers(changes):
     report = validate(profile)
     finite_numbers(json.loads(json.dumps(report.as_dict(), allow_nan=False)))
     report.table()
+
+
+# A profile measured on a device with figures, every phase costed: what the roofline reads
+# to move a profile to another device (`predict --topology` on a GPU)
+COSTED = replaced(PROFILE, ("measured", "phase_costs"), {p: {"flops": 1e8, "bytes": 1e6} for p in (
+    "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s")})
+DEVICE_NUMBERS = [path for path, _ in leaves(COSTED) if path[:2] == ("measured", "phase_costs")
+                  or str(path[-1]).startswith("device_")] + [("nodes", 1, "tflops"), ("nodes", 1, "memory_bandwidth_GBps")]
+
+
+@examples(15)
+@given(changes=changed(DEVICE_NUMBERS))
+def test_every_valid_device_figure_predicts_finite_numbers_on_another_device(changes):
+    profile_doc = with_changes(COSTED, [c for c in changes if c[0][0] != "nodes"])
+    box_doc = with_changes(BOX, [c for c in changes if c[0][0] == "nodes"])
+    with tempfile.TemporaryDirectory() as folder:
+        write_files(Path(folder), {"p.json": profile_doc})
+        try:
+            profile = load_profile(Path(folder) / "p.json")
+            target = topology_from_dict(box_doc, "box.yaml")
+        except UserInputError:
+            assume(False)
+    for p in predict(profile, [1, 2], target):
+        assert math.isfinite(p.step_time_s) and p.step_time_s > 0 and math.isfinite(p.speedup) and p.speedup > 0
+        assert p.compute_scaled_from is not None and math.isfinite(p.compute_scaled_from["ratio"])
