@@ -466,12 +466,11 @@ def _generated_links(links: list[dict[str, Any]]) -> list[Link]:
     """A generator's links, checked as a topology file's are (LinkSpec) but each distinct
     (kind, bandwidth, latency) once: a generator of 16,384 GPUs makes 80,000 links of a few
     kinds, and one pydantic model per link took seconds."""
-    checked: set[tuple[Any, Any, Any]] = set()
+    first: dict[tuple[Any, Any, Any], int] = {}  # distinct figures -> the first link with them, in order
     for i, link in enumerate(links):
-        figures = (link["kind"], link["bandwidth_GBps"], link["latency_us"])
-        if figures not in checked:
-            parse(LinkSpec, link, f"links[{i}]")
-            checked.add(figures)
+        first.setdefault((link["kind"], link["bandwidth_GBps"], link["latency_us"]), i)
+    for i in first.values():
+        parse(LinkSpec, links[i], f"links[{i}]")
     return [Link(**link) for link in links]
 
 
