@@ -10,6 +10,7 @@ from typing import Callable
 from gansim.core.config import (
     AllreduceWorkloadSpec,
     GanWorkloadSpec,
+    ProfiledWorkloadSpec,
     Scenario,
     TrainingOptions,
 )
@@ -261,7 +262,7 @@ class AllreduceWorkload:
 Workload = GanWorkload | AllreduceWorkload
 
 
-def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec, per_gpu_batch: float,
+def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec | ProfiledWorkloadSpec, per_gpu_batch: float,
                      *, source: str | None = None) -> Workload:
     if isinstance(spec, AllreduceWorkloadSpec):
         return AllreduceWorkload(f"allreduce-{spec.allreduce_bytes}B", spec.allreduce_bytes)
@@ -273,6 +274,14 @@ def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec, per_gp
             d_param_tensors=tuple(arch.discriminator.param_tensors()),
             g_param_tensors=tuple(arch.generator.param_tensors()), measured=None, architecture=arch,
             d_buffer_bytes=arch.discriminator.buffer_bytes, g_buffer_bytes=arch.generator.buffer_bytes,
+        )
+    if isinstance(spec, ProfiledWorkloadSpec):
+        d_tensors, g_tensors = tuple(spec.d_param_tensors), tuple(spec.g_param_tensors)
+        return GanWorkload(
+            name=spec.name, d_params=sum(d_tensors), g_params=sum(g_tensors), bytes_per_param=4,
+            d_steps_per_g_step=spec.d_steps_per_g_step, d_param_tensors=d_tensors, g_param_tensors=g_tensors,
+            measured=StepPhases(**spec.phases.model_dump()), architecture=None,
+            d_buffer_bytes=spec.d_buffer_bytes, g_buffer_bytes=spec.g_buffer_bytes,
         )
     d, g = spec.networks.discriminator, spec.networks.generator
     measured = phases_from_networks(
