@@ -100,3 +100,22 @@ def test_bad_profiles_in_a_scenario_get_one_line(tmp_path, capsys):
     (tmp_path / "profile.json").write_text("{not json")
     line = run_bad(capsys, ["simulate", str(tmp_path / "scenario.yaml"), "--out", str(tmp_path / "o")])
     assert "profile.json" in line and "not valid JSON" in line
+
+
+def test_on_the_calibrated_machine_the_profile_gives_the_links_and_the_core_sharing_too(tmp_path):
+    from tests.test_predict import profile as cpu_profile
+
+    measured = cpu_profile(alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.3, mode="ddp")
+    path = write_scenario(tmp_path, measured, topology="calibrated", gpus=[1, 2, 3])
+    simulated = step_times(path)
+    predicted = {p.world_size: p.step_time_s for p in predict(measured, [1, 2, 3])}
+    for gpus in (1, 2, 3):
+        assert simulated[gpus] == pytest.approx(predicted[gpus], rel=1e-9)
+    # a slower fitted network slows the simulated step by what predict says it should
+    slower = step_times(write_scenario(tmp_path, cpu_profile(alpha=2e-4, beta=2e-9, compute=0.01, sharing=1.3,
+                                                              mode="ddp"), topology="calibrated", gpus=[1, 2, 3]))
+    assert slower[2] > simulated[2] and slower[1] == pytest.approx(simulated[1], rel=1e-12)
+    bad = write_scenario(tmp_path, measured, topology="calibrated", gpus=[1, 2],
+                         sweep={"topology": ["calibrated", "cpu-host"]})
+    with pytest.raises(Exception, match="cannot be swept with other topologies"):
+        load_scenario(bad)

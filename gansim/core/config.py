@@ -156,6 +156,16 @@ class ProfiledWorkloadSpec(Strict):
     g_param_tensors: list[int] = Field(min_length=1)
     d_buffer_bytes: int = Field(default=0, ge=0)
     g_buffer_bytes: int = Field(default=0, ge=0)
+    # on the calibrated machine itself: how much slower each rank computes with this many
+    # ranks computing at once (the profile's core sharing; 1 where not given)
+    core_sharing: dict[int, float] = Field(default_factory=dict)
+
+    @field_validator("core_sharing")
+    @classmethod
+    def _sharing_slows(cls, factors: dict[int, float]) -> dict[int, float]:
+        if any(k < 1 or not (1.0 <= v < 1e6) for k, v in factors.items()):
+            raise ValueError("core sharing factors are >= 1 (and finite), at rank counts >= 1")
+        return factors
 
     @field_validator("d_param_tensors", "g_param_tensors")
     @classmethod

@@ -153,14 +153,14 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
                             steps=PREDICTED_STEPS if profile.fit.compute_cv > 0 else 5,
                             options=options)
         # the measured sharing factor already contains any oversubscription of the cores
-        unshared = _without_core_pools(topo)
+        unshared = without_core_pools(topo)
         records[w] = simulate_point(scenario, unshared, w, algorithm, workload=(workload, scaled))
     t1 = records[1]["step_time_s"]
     return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w], scaled_from)
             for w in sorted(set(world_sizes))]
 
 
-def _without_core_pools(topo: Topology) -> Topology:
+def without_core_pools(topo: Topology) -> Topology:
     """The same machine with unlimited host cores (sharing is applied as measured)."""
     nodes = dict(topo.nodes)
     for name, spec in nodes.items():

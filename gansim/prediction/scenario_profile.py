@@ -9,8 +9,11 @@ model's tensors), its buffers, its D steps per G step; and the training-loop fig
 scenario leaves unset: DDP overlap and buffer broadcast (a `ddp` profile), the bucket caps,
 the per-rank compute variability and the reduction cost per byte. A profile measured on
 another device is moved to the topology's GPU by the roofline (gansim/prediction/roofline.py).
-The links stay the topology's: the profile's fitted alpha and beta describe the calibrated
-machine's fabric, which `gansim predict --profile` simulates."""
+The link figures come from the profile only on the machine it was measured on: `topology:
+calibrated` is that machine as `gansim predict --profile` simulates it (ranks on its cores,
+rank to rank at the fitted alpha and beta, each rank's compute slowed by the measured core
+sharing at that rank count). On any other topology the links are the topology's: the fitted
+alpha and beta say nothing of another machine's links."""
 
 from __future__ import annotations
 
@@ -20,9 +23,19 @@ from pathlib import Path
 from gansim.calibration.profile import Profile, load_profile
 from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse
 from gansim.core.errors import UserInputError
-from gansim.prediction.calibrated import bucket_caps_MiB, profile_workload
+from gansim.prediction.calibrated import (
+    bucket_caps_MiB,
+    profile_topology,
+    profile_workload,
+    sharing_factor,
+    without_core_pools,
+)
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.scenario import LoadedScenario
+
+
+# the `topology` of a scenario that runs on the machine its profile was measured on
+CALIBRATED = "calibrated"
 
 
 def profile_path(loaded: LoadedScenario) -> Path:
@@ -48,8 +61,18 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
                              "sweep axis or the profile", source=loaded.source, field="sweep.workload")
     path = profile_path(loaded)
     profile = load_profile(path)
+    topologies = {combination.topology for _, combination in loaded.combinations()}
+    sharing: dict[int, float] = {}
+    if CALIBRATED in topologies:
+        if len(topologies) > 1:
+            raise UserInputError(f"topology {CALIBRATED!r} (the machine the profile was measured on) cannot be swept "
+                                 "with other topologies", source=loaded.source, field="sweep.topology")
+        machine = without_core_pools(profile_topology(profile, max(scenario.gpus)))
+        loaded = dataclasses.replace(loaded, machines=((CALIBRATED, machine),))
+        sharing = {gpus: sharing_factor(profile, gpus) for gpus in sorted(set(scenario.gpus) | {1})}
     data = scenario.model_dump(exclude_none=False)
-    data["workload"] = profiled_workload(profile, loaded, str(path)).model_dump()
+    data["workload"] = profiled_workload(profile, loaded, str(path)).model_copy(
+        update={"core_sharing": sharing}).model_dump()
     data["options"] = {**profile_options(profile), **scenario.options.model_dump(exclude_unset=True)}
     return dataclasses.replace(loaded, scenario=parse(Scenario, data, loaded.source))
 

@@ -230,11 +230,15 @@ class GanWorkload:
     # options say broadcast_buffers
     d_buffer_bytes: int = 0
     g_buffer_bytes: int = 0
+    # measured on a machine whose ranks share its cores: (ranks, how much slower each computes)
+    core_sharing: tuple[tuple[int, float], ...] = ()
 
     def phases(self, batch: float, device_tflops: float | None, options: TrainingOptions,
-               *, source: str | None = None) -> StepPhases:
+               *, source: str | None = None, ranks: int = 1) -> StepPhases:
         if self.measured is not None:
-            return self.measured.at_batch(batch)
+            phases = self.measured.at_batch(batch)
+            factor = dict(self.core_sharing).get(ranks, 1.0)
+            return phases.slowed(factor) if factor != 1.0 else phases
         assert self.architecture is not None
         if device_tflops is None:
             raise UserInputError(
@@ -282,6 +286,7 @@ def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec | Profi
             d_steps_per_g_step=spec.d_steps_per_g_step, d_param_tensors=d_tensors, g_param_tensors=g_tensors,
             measured=StepPhases(**spec.phases.model_dump()), architecture=None,
             d_buffer_bytes=spec.d_buffer_bytes, g_buffer_bytes=spec.g_buffer_bytes,
+            core_sharing=tuple(sorted(spec.core_sharing.items())),
         )
     d, g = spec.networks.discriminator, spec.networks.generator
     measured = phases_from_networks(

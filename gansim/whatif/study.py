@@ -24,7 +24,7 @@ def load_scenario(name_or_path: str) -> LoadedScenario:
     """A shipped scenario name or a YAML path, with every name it refers to checked:
     what the simulation needs and what the what-ifs need (catalog platforms, storage); a
     calibration profile it names replaces its workload's figures."""
-    loaded = apply_profile(read_scenario(name_or_path))
+    loaded = read_scenario(name_or_path, prepare=apply_profile)
     check_scenario(loaded)
     return loaded
 
