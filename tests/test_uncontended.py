@@ -8,6 +8,7 @@ import pytest
 
 from gansim.collectives import uncontended
 from gansim.core.config import Scenario, TrainingOptions
+from gansim.network.engine import DELAY
 from gansim.runner.point import simulate_point
 from gansim.topology.graph import topology_from_dict
 
@@ -188,3 +189,38 @@ def test_the_trace_of_a_played_allreduce_shows_what_the_flow_network_would(monke
 
     for cat in ("send", "all-reduce steps"):
         assert events(played, cat) and events(played, cat) == events(flowed, cat)
+
+
+def run_private(monkeypatch, topology: str, delays: bool, workload=GAN, **options):
+    """A GAN run whose GPU compute phases are timed as delays (or all kept on the flow
+    network); returns its record and how many phases were delays in the run that counted."""
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0 if delays else 10**18)
+    topo = topology_from_dict({"name": topology, **TOPOLOGIES[topology]}, "test")
+    gpus = len(topo.ranks)
+    scenario = Scenario(name="t", topology="t", workload=workload, gpus=[gpus], algorithms=["ring"], steps=3,
+                        options=TrainingOptions(**options))
+    timed = []
+    record = simulate_point(scenario, topo, gpus, "ring", on_timeline=lambda tl: timed.append(
+        int(((tl.graph.kind == DELAY) & (tl.graph.route >= 0)).sum())))
+    return record, timed[0]
+
+
+@pytest.mark.parametrize("topology", ["switch", "multi_node"])
+@pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "compute_cv": 0.3},
+                                     {"overlap": False, "broadcast_buffers": True}])
+def test_gpu_compute_timed_as_delays_times_like_the_flow_network(monkeypatch, topology, options):
+    as_delays, timed = run_private(monkeypatch, topology, delays=True, **options)
+    as_flows, none = run_private(monkeypatch, topology, delays=False, **options)
+    assert timed > 0 and none == 0
+    assert_same(as_delays, as_flows)
+    assert as_delays["breakdown"] == pytest.approx(as_flows["breakdown"], rel=1e-9)
+
+
+def test_compute_phases_that_meet_on_one_gpu_are_played_again_on_the_flow_network(monkeypatch):
+    """fp16 gradients are compressed by the GPU while, with overlap, its backward of the next
+    bucket runs: two phases on one compute resource, which share it on the flow network."""
+    options = {"overlap": True, "gradient_dtype": "fp16"}
+    as_delays, timed = run_private(monkeypatch, "switch", True, "paper-mlp-gan", **options)
+    as_flows, _ = run_private(monkeypatch, "switch", False, "paper-mlp-gan", **options)
+    assert timed == 0  # found overlapping, played again with every phase a flow
+    assert as_delays == as_flows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -27,6 +28,26 @@ def _sweep_iters(nbytes: int, override: int) -> tuple[int, int]:
     return 1, 6
 
 
+def _timed(env: RankEnv, warm: int, iters: int, op: Callable[[], object], *, together: bool) -> list[float]:
+    """Seconds of `op` in each of `iters` runs after `warm` untimed ones, the device synchronised
+    around each; `together`: all ranks start each run at a barrier (a collective), with a
+    heartbeat after it."""
+    times = []
+    for it in range(warm + iters):
+        if together:
+            env.barrier()
+        env.sync()
+        t = time.perf_counter()
+        op()
+        env.sync()
+        dt = time.perf_counter() - t
+        if together:
+            env.reporter.beat()
+        if it >= warm:
+            times.append(dt)
+    return times
+
+
 def allreduce_sweep(env: RankEnv, cfg: RunConfig) -> list[dict]:
     rep = env.reporter
     rows = []
@@ -36,17 +57,7 @@ def allreduce_sweep(env: RankEnv, cfg: RunConfig) -> list[dict]:
         count = max(1, nbytes // 4)
         x = torch.zeros(count, dtype=torch.float32, device=env.device)
         warm, iters = _sweep_iters(nbytes, cfg.sweep_iters)
-        times = []
-        for it in range(warm + iters):
-            env.barrier()
-            env.sync()
-            t = time.perf_counter()
-            dist.all_reduce(x, group=env.group)
-            env.sync()
-            dt = time.perf_counter() - t
-            rep.beat()
-            if it >= warm:
-                times.append(dt)
+        times = _timed(env, warm, iters, lambda: dist.all_reduce(x, group=env.group), together=True)
         tt = torch.tensor(times, dtype=torch.float64, device=env.device)
         dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=env.group)  # the slowest rank
         slowest = tt.cpu().tolist()
@@ -69,15 +80,7 @@ def reduce_bench(env: RankEnv, cfg: RunConfig) -> list[dict]:
         a = torch.zeros(count, dtype=torch.float32, device=env.device)
         b = torch.ones(count, dtype=torch.float32, device=env.device)
         warm, iters = _sweep_iters(nbytes, cfg.sweep_iters)
-        times = []
-        for it in range(warm + iters):
-            env.sync()
-            t = time.perf_counter()
-            a += b
-            env.sync()
-            dt = time.perf_counter() - t
-            if it >= warm:
-                times.append(dt)
+        times = _timed(env, warm, iters, lambda: a.add_(b), together=False)
         rows.append({"bytes": count * 4, "time_s": statistics.fmean(times), "iters": iters})
         del a, b
     return rows

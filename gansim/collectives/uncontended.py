@@ -37,6 +37,10 @@ from gansim.network.cluster import Cluster
 
 # Schedules with fewer transfers are played on the flow network, as they always were.
 UNCONTENDED_MIN_TRANSFERS = 1 << 10
+# Runs of fewer ranks keep every GPU's compute on the flow network too; from this many, a
+# compute phase that nothing else can share is timed as a delay (gansim/training/step.py),
+# which differs from the flow network's timing only in the last digits, as plays do.
+UNCONTENDED_MIN_RANKS = 1 << 8
 
 
 # A plan keeps every step's transfer times (bytes / rate) when the schedule has at most this

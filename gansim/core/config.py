@@ -184,6 +184,54 @@ class AllreduceWorkloadSpec(Strict):
     allreduce_bytes: PositiveByteCount
 
 
+class StepPhaseFigures(Strict):
+    """Seconds of one rank's step phases at `batch` samples (the calibrator's vocabulary:
+    gansim.training.workloads.StepPhases)."""
+
+    batch: float = Field(gt=0, allow_inf_nan=False)
+    data_host_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    sample_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    d_forward_s: float = Field(ge=0, allow_inf_nan=False)
+    d_backward_s: float = Field(ge=0, allow_inf_nan=False)
+    d_optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+    g_forward_s: float = Field(ge=0, allow_inf_nan=False)
+    g_backward_s: float = Field(ge=0, allow_inf_nan=False)
+    g_optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+
+
+class ProfiledWorkloadSpec(Strict):
+    """What a scenario's `profile:` makes of its workload (gansim/prediction/scenario_profile.py):
+    the profile's measured phases (moved to the topology's GPU by the roofline when the profile
+    was measured on another device) and its gradient tensors and buffers, in place of the
+    workload's own figures."""
+
+    name: str = Field(min_length=1)
+    from_profile: str = Field(min_length=1)
+    d_steps_per_g_step: int = Field(default=1, ge=1, le=1000)
+    phases: StepPhaseFigures
+    d_param_tensors: list[int] = Field(min_length=1)
+    g_param_tensors: list[int] = Field(min_length=1)
+    d_buffer_bytes: int = Field(default=0, ge=0)
+    g_buffer_bytes: int = Field(default=0, ge=0)
+    # on the calibrated machine itself: how much slower each rank computes with this many
+    # ranks computing at once (the profile's core sharing; 1 where not given)
+    core_sharing: dict[int, float] = Field(default_factory=dict)
+
+    @field_validator("core_sharing")
+    @classmethod
+    def _sharing_slows(cls, factors: dict[int, float]) -> dict[int, float]:
+        if any(k < 1 or not (1.0 <= v < 1e6) for k, v in factors.items()):
+            raise ValueError("core sharing factors are >= 1 (and finite), at rank counts >= 1")
+        return factors
+
+    @field_validator("d_param_tensors", "g_param_tensors")
+    @classmethod
+    def _positive_tensors(cls, sizes: list[int]) -> list[int]:
+        if any(n < 1 for n in sizes):
+            raise ValueError("every tensor has at least one element")
+        return sizes
+
+
 def _workload_form(value: Any) -> str:
     if isinstance(value, str):
         return "name"
@@ -191,6 +239,8 @@ def _workload_form(value: Any) -> str:
         return "allreduce"
     if isinstance(value, AllreduceWorkloadSpec):
         return "allreduce"
+    if isinstance(value, ProfiledWorkloadSpec) or (isinstance(value, dict) and "from_profile" in value):
+        return "profiled"
     return "gan"
 
 
@@ -201,6 +251,7 @@ WorkloadField = Annotated[
         Annotated[str, Tag("name")],
         Annotated[AllreduceWorkloadSpec, Tag("allreduce")],
         Annotated[GanWorkloadSpec, Tag("gan")],
+        Annotated[ProfiledWorkloadSpec, Tag("profiled")],
     ],
     Discriminator(_workload_form),
 ]

@@ -104,6 +104,11 @@ class Cluster:
         self.resource_names, self.resource_kinds = names, kinds
         self.network = FlowNetwork(env, np.array(capacity, dtype=float), names)
         self.compute_route = np.array([self.network.add_route(np.array(r), 0.0) for r in compute_routes])
+        # Whether every rank's compute (and input pipeline) is one resource of capacity 1 that
+        # only that rank's own phases use (GPU ranks without a host core pool: made above, one
+        # per rank), so that a phase running alone on it takes exactly its seconds.
+        self.private_compute = all(len(route) == 1 and capacity[route[0]] == 1.0 for route in compute_routes)
+        self.private_loader = all(len(route) == 1 and capacity[route[0]] == 1.0 for route in loader_routes)
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self._node_routes: dict[tuple[str, str], int] = {}
         self._h2d_routes: np.ndarray | None = None

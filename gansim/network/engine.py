@@ -2,7 +2,8 @@
 
 Every piece of a simulated step is a task: a *flow* (bytes over a route, or seconds of
 work on a compute resource, both shared max-min fairly by `FlowNetwork`), a *delay*
-(fixed time, e.g. a local reduction or a host overhead) or a *solved* task, whose end
+(fixed time, e.g. a local reduction or a host overhead; one with a route is work that ran
+alone on that route's resource, which then carried its amount) or a *solved* task, whose end
 is computed when it starts by the function it was added with (a whole collective timed
 without the flow network, gansim/collectives/uncontended.py). A task starts when all of its
 predecessors have ended. Tasks that become ready at the same instant are dispatched

@@ -6,7 +6,7 @@ Only fitted figures are used, never the measured multi-rank step times (those ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gansim.calibration.phases import COMPUTE_PHASES
@@ -54,6 +54,7 @@ def profile_workload(profile: Profile) -> GanWorkload:
         d_steps_per_g_step=prov.d_steps, d_param_tensors=d_tensors, g_param_tensors=g_tensors,
         measured=phases, architecture=None,
         d_buffer_bytes=fit.buffer_bytes.discriminator, g_buffer_bytes=fit.buffer_bytes.generator,
+        pad_per_rank=True,
     )
 
 
@@ -136,7 +137,7 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         raise UserInputError(f"{max(sizes)} ranks asked but topology {topo.name!r} has {len(topo.ranks)}",
                              field="--world-sizes")
     # the measured sharing factor already contains any oversubscription of the cores
-    unshared = _without_core_pools(topo)
+    unshared = without_core_pools(topo)
     phases = workload.measured
     assert phases is not None
     scaled_from = None
@@ -161,7 +162,7 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
                             algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
                             steps=predicted_steps(w) if profile.fit.compute_cv > 0 else 5, options=options)
         records[w] = simulate_point(scenario, unshared, w, algorithm,
-                                    workload=(padded(workload, w), phases.slowed(factor)))
+                                    workload=(workload, phases.slowed(factor)))
     t1 = records[1]["step_time_s"]
     return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w], scaled_from)
             for w in sorted(set(world_sizes))]
@@ -173,24 +174,7 @@ def predicted_steps(ranks: int) -> int:
     return max(MIN_PREDICTED_STEPS, min(PREDICTED_STEPS, math.ceil(PREDICTED_DRAWS / ranks)))
 
 
-def padded(workload: GanWorkload, ranks: int) -> GanWorkload:
-    """The workload with every gradient tensor padded to a whole number of elements per
-    rank. A ring cuts each buffer into `ranks` pieces; pieces one element apart end a
-    nanosecond apart, the ranks drift out of step, and the flow simulation then pays an
-    event per rank and ring step instead of one per step: minutes instead of seconds at a
-    few hundred ranks. Padding adds fewer than `ranks` elements per tensor (the paper's MLP
-    GAN at 256 ranks: 0.04 % more bytes)."""
-    if ranks <= 1:
-        return workload
-
-    def up(tensors: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(-(-t // ranks) * ranks for t in tensors)
-
-    return replace(workload, d_param_tensors=up(workload.d_param_tensors), g_param_tensors=up(workload.g_param_tensors),
-                   d_params=sum(up(workload.d_param_tensors)), g_params=sum(up(workload.g_param_tensors)))
-
-
-def _without_core_pools(topo: Topology) -> Topology:
+def without_core_pools(topo: Topology) -> Topology:
     """The same machine with unlimited host cores (sharing is applied as measured)."""
     nodes = dict(topo.nodes)
     for name, spec in nodes.items():

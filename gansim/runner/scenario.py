@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gansim.collectives.schedules import ALGORITHMS
 from gansim.core import limits
@@ -27,6 +27,9 @@ class LoadedScenario:
     scenario: Scenario
     source: str  # the file it came from (or "<name>" for a shipped one)
     base_dir: str  # relative paths inside it are taken from here
+    # machines made by the caller rather than read from a file, by the name a scenario's
+    # `topology` gives them (the machine a calibration profile describes: "calibrated")
+    machines: tuple[tuple[str, Topology], ...] = ()
 
     def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         if not overrides:
@@ -49,15 +52,23 @@ class LoadedScenario:
 
     def topology(self, scenario: Scenario | None = None, field: str = "topology") -> Topology:
         """The topology `scenario` (default: the scenario as written) names, as in its file."""
-        return topology_for((scenario or self.scenario).topology, self.base_dir, self.source, field)
+        value = (scenario or self.scenario).topology
+        for name, machine in self.machines:
+            if value == name:
+                return machine
+        return topology_for(value, self.base_dir, self.source, field)
 
 
-def read_scenario(name_or_path: str) -> LoadedScenario:
+def read_scenario(name_or_path: str,
+                  prepare: Callable[[LoadedScenario], LoadedScenario] | None = None) -> LoadedScenario:
     """A shipped scenario name or a YAML path, validated, with every name it refers to that
-    the simulation needs (algorithms, topologies, workloads) checked."""
+    the simulation needs (algorithms, topologies, workloads) checked; `prepare` (from the
+    layers above: a calibration profile's figures) changes it before the check."""
     path = resolve_file(name_or_path, "scenarios")
     scenario: Scenario = parse(Scenario, read_yaml(path), str(path))
     loaded = LoadedScenario(scenario, str(path), str(path.resolve().parent))
+    if prepare is not None:
+        loaded = prepare(loaded)
     validate_references(loaded)
     return loaded
 

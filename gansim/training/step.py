@@ -66,7 +66,7 @@ class RunTimeline:
         """Work every resource carried over the run (bytes on links, seconds on compute):
         its flows on the flow network, and the transfers of collectives played without it."""
         g = self.graph
-        flows = g.kind == FLOW
+        flows = (g.kind == FLOW) | ((g.kind == DELAY) & (g.route >= 0))
         routes, amounts = [g.route[flows]], [g.amount[flows]]
         for span in self.spans:
             if span.play is not None:
@@ -104,6 +104,14 @@ class StepBuilder:
         bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
+        # Large runs of GPU ranks time each compute (and input) phase as a delay instead of a
+        # flow alone on the rank's own resource (simulate() checks afterwards that no two
+        # phases overlapped on one resource, and plays the run on the flow network again if
+        # they did).
+        large = (comm.uncontended_min_transfers is not None
+                 and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS)
+        self.compute_kind = DELAY if large and cluster.private_compute else FLOW
+        self.loader_kind = DELAY if large and cluster.private_loader else FLOW
 
     def variability(self) -> np.ndarray | float:
         """Per-rank factors of one compute phase (lognormal, mean 1, cv compute_cv). One rank
@@ -116,7 +124,7 @@ class StepBuilder:
 
     def compute(self, after: np.ndarray, seconds: float, label: str) -> np.ndarray:
         amounts = seconds * self.variability() * self.cluster.work_scale
-        tasks = self.graph.add(FLOW, self.cluster.compute_route, amounts, self.ranks, COMPUTE, label)
+        tasks = self.graph.add(self.compute_kind, self.cluster.compute_route, amounts, self.ranks, COMPUTE, label)
         self.graph.depend(after, tasks)
         return tasks
 
@@ -183,7 +191,7 @@ class StepBuilder:
                                  "host overhead", count=cluster.ranks)
             graph.depend(after, overhead)
             after = overhead
-        prep = graph.add(FLOW, cluster.loader_route, phases.data_host_s * cluster.loader_scale, self.ranks, DATA,
+        prep = graph.add(self.loader_kind, cluster.loader_route, phases.data_host_s * cluster.loader_scale, self.ranks, DATA,
                          "data: host prep")
         graph.depend(after, prep)
         h2d_routes = cluster.h2d_routes()
@@ -222,13 +230,26 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold)
     plays = [span.play for span in timeline.spans if span.play is not None]
+    g, ex = timeline.graph, timeline.execution
+    contended = False
     if plays:
-        g, ex = timeline.graph, timeline.execution
         flows = np.flatnonzero(g.kind == FLOW)
         row, resource = timeline.cluster.network.route_pairs(g.route[flows])
-        if uncontended_plays.contended(plays, resource, ex.start[flows][row], ex.end[flows][row]):
-            timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None)
+        contended = uncontended_plays.contended(plays, resource, ex.start[flows][row], ex.end[flows][row])
+    if contended or _private_overlapped(g, ex):
+        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None)
     return timeline
+
+
+def _private_overlapped(g: FrozenGraph, ex: Execution) -> bool:
+    """Whether two phases timed as delays on one private resource ran at once (they would
+    have shared it)."""
+    timed = np.flatnonzero((g.kind == DELAY) & (g.route >= 0))
+    if timed.size < 2:
+        return False
+    order = timed[np.lexsort((ex.start[timed], g.route[timed]))]
+    same_route = g.route[order[1:]] == g.route[order[:-1]]
+    return bool((same_route & (ex.start[order[1:]] < ex.end[order[:-1]])).any())
 
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,

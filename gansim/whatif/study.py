@@ -9,6 +9,7 @@ import time
 from concurrent.futures import Executor
 from typing import Any, Callable
 
+from gansim.prediction.scenario_profile import apply_profile
 from gansim.runner.point import PointHooks, TimelineDetails
 from gansim.runner.scenario import LoadedScenario, planned_runs, read_scenario
 from gansim.runner.sweep import ScenarioResult, simulate_runs
@@ -21,8 +22,9 @@ from gansim.whatif.extensions import (
 
 def load_scenario(name_or_path: str) -> LoadedScenario:
     """A shipped scenario name or a YAML path, with every name it refers to checked:
-    what the simulation needs and what the what-ifs need (catalog platforms, storage)."""
-    loaded = read_scenario(name_or_path)
+    what the simulation needs and what the what-ifs need (catalog platforms, storage); a
+    calibration profile it names replaces its workload's figures."""
+    loaded = read_scenario(name_or_path, prepare=apply_profile)
     check_scenario(loaded)
     return loaded
 
