@@ -498,11 +498,42 @@ def predict_device_cases() -> Iterator[Case]:
                {"t.yaml": without(BOX, "nodes", 1, "memory_bandwidth_GBps")}, expect="memory_bandwidth_GBps")
 
 
+def scenario_profile_cases() -> Iterator[Case]:
+    """A scenario's `profile:` (the calibration profile's compute in place of its workload)
+    and the profiled workload it becomes, which a scenario may also give inline."""
+    def sim(name: str, doc: Any, expect: str, **files: Any) -> Case:
+        return Case(f"scenario-profile-{name}", ["simulate", "{dir}/s.yaml", "--out", "{out}"],
+                    {"s.yaml": doc, "box.yaml": BOX, **files}, expect=expect)
+
+    costed = replaced(PROFILE, ("measured", "phase_costs"), {p: {"flops": 1e8, "bytes": 1e6} for p in PHASE_NAMES[1:]})
+    with_profile = {**GOOD, "profile": "p.json"}
+    yield sim("missing", with_profile, "profile")
+    yield sim("not-json", with_profile, "not valid JSON", **{"p.json": b"{not json"})
+    yield sim("nan", with_profile, "NaN", **{"p.json": json.dumps(PROFILE).replace(
+        '"alpha_s": 0.0002', '"alpha_s": NaN').encode()})
+    yield sim("phase-without-costs", with_profile, "phase_costs", **{"p.json": PROFILE})
+    fastest = replaced(replaced(costed, ("provenance", "device_tflops"), 1e6),
+                       ("provenance", "device_memory_bandwidth_GBps"), 1e6)
+    slowest = replaced(replaced(BOX, ("nodes", 1, "tflops"), 1e-6), ("nodes", 1, "memory_bandwidth_GBps"), 1e-6)
+    yield sim("phase-beyond-any-duration", with_profile, "out of range", **{"p.json": fastest, "box.yaml": slowest})
+    yield sim("calibrated-swept-with-box", {**with_profile, "topology": "calibrated",
+                                           "sweep": {"topology": ["calibrated", "box.yaml"]}}, "sweep", **{"p.json": costed})
+    inline = {"name": "mine", "from_profile": "p.json", "d_steps_per_g_step": 1,
+              "phases": {"batch": 32.0, "data_host_s": 0.001, "sample_bytes": 3136.0, **{p: 0.01 for p in PHASE_NAMES[1:]}},
+              "d_param_tensors": [1000], "g_param_tensors": [2000], "d_buffer_bytes": 0, "g_buffer_bytes": 64,
+              "core_sharing": {2: 1.1}}
+    for path, _ in leaves(inline):
+        for label, value in (("nan", float("nan")), ("1e308", 1e308), ("true", True)):
+            yield sim(f"inline-{'.'.join(map(str, path))}={label}", {**GOOD, "workload": replaced(inline, path, value)},
+                      field_name(path))
+    yield sim("inline-sharing-below-1", {**GOOD, "workload": replaced(inline, ("core_sharing", 2), 0.5)}, "core_sharing")
+
+
 def all_cases() -> list[Case]:
     cases = [*scenario_number_cases(), *topology_number_cases(), *generator_number_cases(),
              *profile_number_cases(), *profile_model_cases(), *file_cases(), *structure_cases(), *limit_cases(),
              *flag_cases(), *output_cases(), *nccl_tests_cases(), *published_cases(), *trace_cases(),
-             *calibrate_source_cases(), *predict_device_cases()]
+             *calibrate_source_cases(), *predict_device_cases(), *scenario_profile_cases()]
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases

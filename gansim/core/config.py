@@ -188,15 +188,15 @@ class StepPhaseFigures(Strict):
     """Seconds of one rank's step phases at `batch` samples (the calibrator's vocabulary:
     gansim.training.workloads.StepPhases)."""
 
-    batch: float = Field(gt=0, allow_inf_nan=False)
-    data_host_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    sample_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    d_forward_s: float = Field(ge=0, allow_inf_nan=False)
-    d_backward_s: float = Field(ge=0, allow_inf_nan=False)
-    d_optimizer_s: float = Field(ge=0, allow_inf_nan=False)
-    g_forward_s: float = Field(ge=0, allow_inf_nan=False)
-    g_backward_s: float = Field(ge=0, allow_inf_nan=False)
-    g_optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+    batch: Annotated[float, Field(gt=0, le=1e9)]
+    data_host_s: Seconds = 0.0
+    sample_bytes: Bytes = 0.0
+    d_forward_s: Seconds
+    d_backward_s: Seconds
+    d_optimizer_s: Seconds
+    g_forward_s: Seconds
+    g_backward_s: Seconds
+    g_optimizer_s: Seconds
 
 
 class ProfiledWorkloadSpec(Strict):
@@ -207,29 +207,23 @@ class ProfiledWorkloadSpec(Strict):
 
     name: str = Field(min_length=1)
     from_profile: str = Field(min_length=1)
-    d_steps_per_g_step: int = Field(default=1, ge=1, le=1000)
+    d_steps_per_g_step: DStepCount = 1
     phases: StepPhaseFigures
-    d_param_tensors: list[int] = Field(min_length=1)
-    g_param_tensors: list[int] = Field(min_length=1)
-    d_buffer_bytes: int = Field(default=0, ge=0)
-    g_buffer_bytes: int = Field(default=0, ge=0)
+    # elements (4 bytes each) of each gradient tensor: at most a profile's 2^50 gradient bytes
+    d_param_tensors: list[Annotated[int, Field(ge=1, le=MAX_BYTES)]] = Field(min_length=1)
+    g_param_tensors: list[Annotated[int, Field(ge=1, le=MAX_BYTES)]] = Field(min_length=1)
+    d_buffer_bytes: ByteCount = 0
+    g_buffer_bytes: ByteCount = 0
     # on the calibrated machine itself: how much slower each rank computes with this many
     # ranks computing at once (the profile's core sharing; 1 where not given)
-    core_sharing: dict[int, float] = Field(default_factory=dict)
+    core_sharing: dict[RankCount, Multiplier] = Field(default_factory=dict)
 
     @field_validator("core_sharing")
     @classmethod
     def _sharing_slows(cls, factors: dict[int, float]) -> dict[int, float]:
-        if any(k < 1 or not (1.0 <= v < 1e6) for k, v in factors.items()):
-            raise ValueError("core sharing factors are >= 1 (and finite), at rank counts >= 1")
+        if any(v < 1.0 for v in factors.values()):
+            raise ValueError("core sharing factors are >= 1: a rank never computes faster for sharing its cores")
         return factors
-
-    @field_validator("d_param_tensors", "g_param_tensors")
-    @classmethod
-    def _positive_tensors(cls, sizes: list[int]) -> list[int]:
-        if any(n < 1 for n in sizes):
-            raise ValueError("every tensor has at least one element")
-        return sizes
 
 
 def _workload_form(value: Any) -> str:
