@@ -41,8 +41,28 @@ import json
 import os
 from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator
 
+from gansim.calibration.phases import COMPUTE_PHASES
+from gansim.core.config import (
+    BandwidthGBps,
+    ByteCount,
+    Bytes,
+    CoefficientOfVariation,
+    Count,
+    DStepCount,
+    MAX_BYTES,
+    Multiplier,
+    PositiveByteCount,
+    PositiveSeconds,
+    RankCount,
+    Seconds,
+    SecondsPerByte,
+    Strict,
+    Tflops,
+    validation_error,
+)
+from gansim.core import limits
 from gansim.core.errors import UserInputError
 from gansim.core.files import atomic_write
 
@@ -51,13 +71,21 @@ SCHEMA_VERSION = 1
 
 def _check_ws_keys(value: dict) -> dict:
     for key in value:
-        if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) >= 1):
             raise ValueError(f"world-size key {key!r} must be a positive integer string")
+        limits.RANKS.validator(int(key))
     return value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+class _Model(Strict):
+    """Strict, finite and bounded like every config model (gansim.core.config.Strict);
+    fields a later gansim adds are ignored, so an older one still reads a newer profile."""
+
+    model_config = ConfigDict(extra="ignore", frozen=False, populate_by_name=True)
+
+
+# The figures a prediction uses: the phases of one rank's step at world size 1
+NETWORK_PHASES = tuple(p for p in COMPUTE_PHASES if p != "data_s")
 
 
 class Provenance(_Model):
@@ -67,45 +95,45 @@ class Provenance(_Model):
     torch: str
     date: str
     model: str
-    batch_size: int = Field(ge=1)
-    cores: int = Field(ge=1)
+    batch_size: Count
+    cores: Count
     mode: str = "ddp"
-    threads: int = Field(1, ge=0)
+    threads: Annotated[int, Field(ge=0, le=10**9)] = 1
     gansim_version: str = ""
     python: str = ""
-    steps: Optional[int] = None
-    warmup: Optional[int] = None
-    repeats: int = Field(1, ge=1)  # spawns per world size; figures are medians over them
-    d_steps: int = Field(1, ge=1)
-    world_sizes: list[int] = Field(default_factory=list)
+    steps: Optional[Count] = None
+    warmup: Optional[Annotated[int, Field(ge=0, le=10**9)]] = None
+    repeats: Count = 1  # spawns per world size; figures are medians over them
+    d_steps: DStepCount = 1
+    world_sizes: list[RankCount] = Field(default_factory=list)
     launcher: str = "spawn"
     platform: str = ""
     # 1-minute load average before and after the runs: other work on the machine makes
     # the measurements noisy (and core sharing too high)
-    load_average_start: Optional[float] = None
-    load_average_end: Optional[float] = None
+    load_average_start: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
+    load_average_end: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
     # what was measured: gansim's own loop (model), a user's script, a torch.profiler trace
     source: Literal["model", "script", "trace"] = "model"
     # the measured device's peak figures when the user gave them (datasheet), for the roofline
     # that moves the profile to another device
-    device_tflops: Optional[float] = Field(None, gt=0)
-    device_memory_bandwidth_GBps: Optional[float] = Field(None, gt=0)
+    device_tflops: Optional[Tflops] = None
+    device_memory_bandwidth_GBps: Optional[BandwidthGBps] = None
 
 
 class AllreducePoint(_Model):
-    world_size: int = Field(ge=2)
-    bytes: int = Field(gt=0)
+    world_size: Annotated[int, Field(ge=2), AfterValidator(limits.RANKS.validator)]
+    bytes: PositiveByteCount
     # the slowest rank's mean over the timed iterations (the median of the repeats' means)
-    time_s: float = Field(gt=0)
-    iters: Optional[int] = None
-    median_s: Optional[float] = None
-    samples_s: list[float] = Field(default_factory=list)  # every timed iteration, slowest rank
+    time_s: PositiveSeconds
+    iters: Optional[Count] = None
+    median_s: Optional[Seconds] = None
+    samples_s: list[Seconds] = Field(default_factory=list)  # every timed iteration, slowest rank
 
 
 class ReductionPoint(_Model):
-    bytes: int = Field(gt=0)
-    time_s: float = Field(gt=0)
-    iters: Optional[int] = None
+    bytes: PositiveByteCount
+    time_s: PositiveSeconds
+    iters: Optional[Count] = None
 
 
 class CollectiveRecord(_Model):
@@ -115,33 +143,33 @@ class CollectiveRecord(_Model):
 
     op: str
     phase: str = ""
-    occurrence: int = Field(0, ge=0)
+    occurrence: Annotated[int, Field(ge=0, le=10**9)] = 0
     owner: str = ""
-    bytes: int = Field(ge=0)
-    per_step: float = Field(ge=0)
+    bytes: ByteCount
+    per_step: Annotated[float, Field(ge=0, le=1e9)]
 
 
 class PhaseCost(_Model):
     """One occurrence of a phase: FLOPs (torch.utils.flop_counter) and bytes its operators
     read and write (each input and output tensor once), for the roofline."""
 
-    flops: float = Field(ge=0)
-    bytes: float = Field(ge=0)
+    flops: Annotated[float, Field(ge=0, le=1e21)]  # a zettaFLOP: far beyond any one phase
+    bytes: Bytes
 
 
 class ProfilerCorrection(_Model):
     """How a trace's phases were freed of the profiler's own cost: events recorded per step
     and phase, the cost of one event measured on the importing machine, and the raw times."""
 
-    overhead_s_per_event: float = Field(ge=0)
-    events_per_step: dict[str, float] = Field(default_factory=dict)
-    raw_phases: dict[str, float] = Field(default_factory=dict)
-    resolution_s: Optional[float] = None
+    overhead_s_per_event: Annotated[float, Field(ge=0, le=1.0)]
+    events_per_step: dict[str, Annotated[float, Field(ge=0, le=1e12)]] = Field(default_factory=dict)
+    raw_phases: dict[str, Seconds] = Field(default_factory=dict)
+    resolution_s: Optional[Seconds] = None
 
 
 class RankSamples(_Model):
-    rank: int = Field(ge=0)
-    phases: dict[str, list[float]]
+    rank: Annotated[int, Field(ge=0, le=10**9)]
+    phases: dict[str, list[Seconds]]
 
 
 # A training step's spread over a world size's repeats beyond which the machine was not
@@ -160,18 +188,18 @@ def repeat_spread(runs: Sequence[float]) -> Optional[float]:
 
 
 class Measured(_Model):
-    step_time_s: dict[str, float] = Field(default_factory=dict)
+    step_time_s: dict[str, PositiveSeconds] = Field(default_factory=dict)
     # each repeat's (spawn's) own mean training step: the spread says how steady the machine was
-    repeat_step_time_s: dict[str, list[float]] = Field(default_factory=dict)
+    repeat_step_time_s: dict[str, list[PositiveSeconds]] = Field(default_factory=dict)
     samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
-    phases: dict[str, dict[str, float]] = Field(default_factory=dict)
+    phases: dict[str, dict[str, Seconds]] = Field(default_factory=dict)
     allreduce: list[AllreducePoint] = Field(default_factory=list)
     reduction: list[ReductionPoint] = Field(default_factory=list)
-    compute_only: dict[str, dict[str, float]] = Field(default_factory=dict)
+    compute_only: dict[str, dict[str, Seconds]] = Field(default_factory=dict)
     compute_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
     # per world size w > 1: rank 0 computing a step alone just before each step the w ranks
     # compute at once (the denominator of the core-sharing factor)
-    compute_solo: dict[str, dict[str, float]] = Field(default_factory=dict)
+    compute_solo: dict[str, dict[str, Seconds]] = Field(default_factory=dict)
     compute_solo_samples: dict[str, list[RankSamples]] = Field(default_factory=dict)
     # per world size, each spawn's share of all CPU time that was stolen (a VM's hypervisor
     # running other guests on its cores; /proc/stat), in repeat order; empty off Linux
@@ -200,43 +228,57 @@ class Measured(_Model):
 
 
 class GradientBytes(_Model):
-    discriminator: int = Field(gt=0)
-    generator: int = Field(gt=0)
+    # at least one float32 per network (the prediction counts parameters as bytes / 4)
+    discriminator: Annotated[int, Field(ge=4, le=MAX_BYTES)]
+    generator: Annotated[int, Field(ge=4, le=MAX_BYTES)]
 
 
 class BufferBytes(_Model):
     """Each network's buffers (BatchNorm statistics; 0 without), for DDP's broadcast_buffers."""
 
-    discriminator: int = Field(default=0, ge=0)
-    generator: int = Field(default=0, ge=0)
+    discriminator: ByteCount = 0
+    generator: ByteCount = 0
 
 
 class GradientBuckets(_Model):
     """The gradient all-reduces one network's step issued, in order (DDP's buckets as it
     formed them): bytes each."""
 
-    discriminator: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
-    generator: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    # at least one float32 each: predict() caps DDP's buckets at the smallest (bucket_caps_MiB)
+    discriminator: list[Annotated[int, Field(ge=4, le=MAX_BYTES)]] = Field(default_factory=list)
+    generator: list[Annotated[int, Field(ge=4, le=MAX_BYTES)]] = Field(default_factory=list)
 
 
 class Fit(_Model):
     allreduce_model: Literal["ring"] = "ring"
-    alpha_s: float = Field(ge=0)
-    beta_s_per_byte: float = Field(ge=0)
-    gamma_s_per_byte: float = Field(ge=0)
-    compute: dict[str, float]
-    core_sharing: dict[str, float] = Field(default_factory=dict)
+    alpha_s: Annotated[float, Field(ge=0, le=1.0)]  # a latency: two loopback hops of alpha / 2
+    beta_s_per_byte: SecondsPerByte
+    gamma_s_per_byte: SecondsPerByte
+    compute: dict[str, Seconds]
+    # a rank computes this many times slower when that many ranks compute at once
+    core_sharing: dict[str, Multiplier] = Field(default_factory=dict)
     # each rank's own coefficient of variation of its compute phases (stragglers), from the
     # spread between ranks computing at once (fit.compute_variability)
-    compute_cv: float = Field(0.0, ge=0)
+    compute_cv: CoefficientOfVariation = 0.0
     gradient_bytes: GradientBytes
     buffer_bytes: BufferBytes = Field(default_factory=BufferBytes)
     # measured buckets (scripts and traces); predictions all-reduce exactly these
     gradient_buckets: Optional[GradientBuckets] = None
-    residuals: dict[str, dict[str, float]] = Field(default_factory=dict)
-    rms_relative_residual: Optional[float] = None
+    residuals: dict[str, dict[str, Annotated[float, Field(ge=-1e9, le=1e9)]]] = Field(default_factory=dict)
+    rms_relative_residual: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
 
     _keys = field_validator("core_sharing", "residuals")(_check_ws_keys)
+
+    @field_validator("compute")
+    @classmethod
+    def _phases_to_predict_from(cls, compute: dict[str, float]) -> dict[str, float]:
+        missing = [p for p in NETWORK_PHASES if p not in compute]
+        if missing:
+            raise ValueError(f"lacks the phase{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+                             f"a prediction needs {', '.join(NETWORK_PHASES)}")
+        if sum(compute.get(p, 0.0) for p in COMPUTE_PHASES) <= 0:
+            raise ValueError("the compute phases add up to 0 s; a step must take some time")
+        return compute
 
 
 class Profile(_Model):
@@ -280,29 +322,34 @@ def write_profile_atomic(profile: Union[Profile, PartialProfile, dict],
     atomic_write(path, profile.to_json())
 
 
-def _field_of(err: dict) -> str:
-    loc = [str(x) for x in err.get("loc", ())]
-    return ".".join(loc) if loc else "(top level)"
-
-
 def load_profile(path: Union[str, os.PathLike]) -> Profile:
     """Read and validate a profile. Raises :class:`UserInputError` naming the file and the
     field (dotted path, e.g. ``fit.alpha_s``) on a missing file, bad JSON or bad content."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise UserInputError("is a directory, expected a profile JSON file", source=path, field="--profile")
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            raw = fh.read(limits.YAML_BYTES.value + 1)
     except FileNotFoundError:
         raise UserInputError("file does not exist", source=path, field="--profile") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"cannot read the file ({exc})", source=path) from None
+    except OSError as exc:
+        raise UserInputError(f"cannot read the file ({exc.strerror or exc})", source=path) from None
+    limits.YAML_BYTES.check(len(raw), source=path)
     try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserInputError(
-            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-            source=path, field="(json)",
-        ) from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserInputError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                             source=path, field="(json)") from None
+    try:
+        # NaN and Infinity are not JSON: refuse them here rather than as a number later
+        data: Any = json.loads(text, parse_constant=_not_json)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = (f" ({exc.msg} at line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError)
+                 else " (nested too deeply)")
+        raise UserInputError(f"not valid JSON{where}", source=path, field="(json)") from None
+    except ValueError as exc:
+        raise UserInputError(f"not valid JSON ({exc})", source=path, field="(json)") from None
     if not isinstance(data, dict):
         raise UserInputError("must be a JSON object (a calibration profile)", source=path,
                              field="(top level)")
@@ -316,11 +363,17 @@ def load_profile(path: Union[str, os.PathLike]) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        message = validation_error(exc, path).message  # the same wording as for a scenario's fields
         more = len(exc.errors()) - 1
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "missing":
-            msg = "required field is missing"
         if more > 0:
-            msg += f" (and {more} more error{'s' if more > 1 else ''})"
-        raise UserInputError(msg, source=path, field=_field_of(err)) from None
+            message += f" (and {more} more error{'s' if more > 1 else ''})"
+        raise UserInputError(message, source=path, field=_field_of(exc.errors()[0])) from None
+
+
+def _field_of(err: dict) -> str:
+    loc = [str(x) for x in err.get("loc", ())]
+    return ".".join(loc) if loc else "(top level)"
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not a JSON number")

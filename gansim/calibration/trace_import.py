@@ -39,10 +39,14 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
+import math
 import os
 import platform
 import statistics
+import zlib
 from typing import Any, Callable, Optional, Sequence
+
+from pydantic import ValidationError
 
 from gansim.calibration.communication import buffer_bytes, gradient_buckets, summarize
 from gansim.calibration.fit import fit_alpha_beta, phase_means
@@ -58,6 +62,8 @@ from gansim.calibration.profile import (
     RankSamples,
 )
 from gansim.collectives.closed_forms import ring_time
+from gansim.core import limits
+from gansim.core.config import MAX_BYTES, MAX_SECONDS, validation_error
 from gansim.core.errors import UserInputError
 from gansim.core.version import __version__
 
@@ -72,17 +78,31 @@ _COLLECTIVE_OPS = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadca
 _BACKWARD_TAIL = ("autograd::engine::evaluate_function", "Optimizer.zero_grad", "torch.distributed.ddp",
                   "aten::as_strided", "aten::ones_like")
 _KINETO_KEYS = ("schemaVersion", "traceName", "baseTimeNanoseconds", "deviceProperties", "distributedInfo")
+# an event's start may be any microsecond timestamp (Kineto's count from the epoch, ~1.7e15);
+# its duration at most MAX_SECONDS, as every duration gansim takes
+MAX_TS_US, MAX_DUR_US = 1e18, MAX_SECONDS * 1e6
 
 
 # ---------------------------------------------------------------------------- reading
 def read_trace(path: str) -> dict:
-    """The trace's JSON, checked to be a torch.profiler (Kineto) Chrome trace with steps."""
+    """The trace's JSON, checked to be a torch.profiler (Kineto) Chrome trace with steps,
+    whose complete events (the ones read) have a name, finite times and mapping args."""
     try:
         opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as exc:
-        raise UserInputError(f"not a JSON Chrome trace ({type(exc).__name__}); allowed: a torch.profiler trace "
+        with opener(path, "rb") as fh:
+            raw = fh.read(limits.TRACE_BYTES.value + 1)  # decompressed: a gzip bomb stops here
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserInputError(f"cannot read the trace ({type(exc).__name__}: {exc}); allowed: a torch.profiler trace "
+                             "(export_chrome_trace), .json or .json.gz", source=path, field="--from-trace") from None
+    limits.TRACE_BYTES.check(len(raw), source=path, field="--from-trace")
+    try:
+        # NaN and Infinity are not JSON: refuse them here rather than as a time later
+        data = json.loads(raw.decode("utf-8-sig"), parse_constant=_not_json)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = ("not UTF-8 text" if isinstance(exc, UnicodeDecodeError)
+               else f"{exc.msg} at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
+               else "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
+        raise UserInputError(f"not a JSON Chrome trace ({why}); allowed: a torch.profiler trace "
                              "(export_chrome_trace)", source=path, field="(json)") from None
     events = data.get("traceEvents") if isinstance(data, dict) else None
     if not isinstance(events, list) or not any(k in data for k in _KINETO_KEYS):
@@ -92,7 +112,49 @@ def read_trace(path: str) -> dict:
     if not any(isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#") for e in events):
         raise UserInputError("no ProfilerStep#N events: profile with a torch.profiler schedule and call "
                              "prof.step() once per training step", source=path, field="traceEvents")
+    for i, e in enumerate(events):
+        problem = _complete_event_problem(e) if isinstance(e, dict) and e.get("ph") == "X" else None
+        if problem:
+            raise UserInputError(f"a complete event {problem}", source=path, field=f"traceEvents[{i}]")
     return data
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _complete_event_problem(e: dict) -> Optional[str]:
+    """What makes a complete ("X") event unreadable, or None."""
+    if not isinstance(e.get("name"), str):
+        return "has no name (a string)"
+    if not (_is_number(e.get("ts")) and abs(e["ts"]) <= MAX_TS_US):
+        return f"{e['name']!r} has no start ts (a finite number of microseconds)"
+    if not (_is_number(e.get("dur")) and 0 <= e["dur"] <= MAX_DUR_US):
+        return f"{e['name']!r} has no duration dur from 0 to {MAX_DUR_US:g} microseconds"
+    if not isinstance(e.get("args", {}), dict):
+        return f"{e['name']!r} has args that are not a mapping"
+    return None
+
+
+def _distributed(data: dict, path: str) -> tuple[int, int, str]:
+    """(world size, rank, backend) from distributedInfo (absent: a run of one rank)."""
+    info = data.get("distributedInfo") or {}
+    if not isinstance(info, dict):
+        raise UserInputError("not a mapping", source=path, field="distributedInfo")
+    world, rank = info.get("world_size"), info.get("rank")
+    world, rank = 1 if world is None else world, 0 if rank is None else rank
+    if not (isinstance(world, int) and not isinstance(world, bool) and world >= 1):
+        raise UserInputError(f"expected a whole number >= 1, got {world!r}", source=path,
+                             field="distributedInfo.world_size")
+    limits.RANKS.check(world, source=path, field="distributedInfo.world_size")
+    if not (isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < world):
+        raise UserInputError(f"expected a whole number from 0 to {world - 1} (the world size less 1), got {rank!r}",
+                             source=path, field="distributedInfo.rank")
+    return world, rank, str(info.get("backend", "") or "none")
 
 
 def _complete_events(data: dict) -> list[dict]:
@@ -138,15 +200,26 @@ def _element_bytes(type_name: Any) -> int:
     return _DTYPE_BYTES.get(str(type_name).strip().lower(), 4)
 
 
+def _first_type(args: dict) -> Any:
+    """The first entry of an event's Input type (float when it has none)."""
+    types = args.get("Input type")
+    return types[0] if isinstance(types, list) and types else "float"
+
+
 def _dims_elements(dims: Any) -> int:
-    """Elements of the first tensor (or tensor list) in an Input Dims entry."""
+    """Elements of the first tensor (or tensor list) in an Input Dims entry; 0 (unknown)
+    unless every dimension is a whole number >= 0 and the product at most MAX_BYTES."""
     while isinstance(dims, list) and dims and isinstance(dims[0], list):
         dims = dims[0]
     if not isinstance(dims, list):
         return 0
     n = 1
     for d in dims:
-        n *= int(d)
+        if not (isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_BYTES):
+            return 0
+        n *= d
+        if n > MAX_BYTES:
+            return 0
     return n
 
 
@@ -155,6 +228,8 @@ def _op_bytes(e: dict) -> float:
     only: Kineto records no output shapes; outputs are the next operators' inputs)."""
     args = e.get("args", {})
     dims, types = args.get("Input Dims", []), args.get("Input type", [])
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return 0.0
     total = 0.0
     for i, d in enumerate(dims):
         if isinstance(d, list) and d and not isinstance(d[0], list):
@@ -166,20 +241,20 @@ def _op_flops(e: dict) -> float:
     """An operator's FLOPs: Kineto's own ``flops`` (with_flops), else matrix products from
     their Input Dims (2 m k n; convolutions need strides Kineto does not give: none)."""
     args = e.get("args", {})
-    if args.get("flops"):
+    if _is_number(args.get("flops")) and args["flops"] > 0:
         return float(args["flops"])
     dims = args.get("Input Dims", [])
-    name = e["name"]
-    try:
-        if name in ("aten::mm", "aten::bmm") and len(dims) >= 2:
-            a, b = dims[0], dims[1]
-            return 2.0 * _dims_elements(a) * b[-1]
-        if name in ("aten::addmm", "aten::baddbmm") and len(dims) >= 3:
-            a, b = dims[1], dims[2]
-            return 2.0 * _dims_elements(a) * b[-1]
-    except (TypeError, IndexError):
+    if not isinstance(dims, list):
         return 0.0
-    return 0.0
+    name = e["name"]
+    if name in ("aten::mm", "aten::bmm") and len(dims) >= 2:
+        a, b = dims[0], dims[1]
+    elif name in ("aten::addmm", "aten::baddbmm") and len(dims) >= 3:
+        a, b = dims[1], dims[2]
+    else:
+        return 0.0
+    columns = _dims_elements([b[-1]]) if isinstance(b, list) and b and not isinstance(b[-1], list) else 0
+    return 2.0 * _dims_elements(a) * columns
 
 
 # ---------------------------------------------------------------------------- one rank
@@ -188,16 +263,13 @@ class RankTrace:
 
     def __init__(self, path: str, data: dict):
         self.path = path
-        info = data.get("distributedInfo") or {}
-        self.world_size = int(info.get("world_size", 1) or 1)
-        self.rank = int(info.get("rank", 0) or 0)
-        self.backend = str(info.get("backend", "") or "none")
+        self.world_size, self.rank, self.backend = _distributed(data, path)
         self.options = {"record_shapes": bool(data.get("record_shapes")), "with_flops": bool(data.get("with_flops"))}
         events = _complete_events(data)
         steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
         if not steps:
             raise UserInputError("no complete ProfilerStep#N events", source=path, field="traceEvents")
-        self.main = (steps[0]["pid"], steps[0]["tid"])
+        self.main = (steps[0].get("pid"), steps[0].get("tid"))
         self.steps = steps
         self.events = events
         on_main = [e for e in events if (e.get("pid"), e.get("tid")) == self.main and not e["name"].startswith("ProfilerStep#")]
@@ -209,7 +281,7 @@ class RankTrace:
         for e in self.backend_events:
             args = e.get("args", {})
             key = (e["name"].split(":", 1)[1].replace("_", ""), _dims_elements(args.get("Input Dims", [])))
-            self.types.setdefault(key, (args.get("Input type") or ["float"])[0])
+            self.types.setdefault(key, _first_type(args))
 
     def step_windows(self) -> list[tuple[float, float]]:
         return [(s["ts"], _end(s)) for s in self.steps]
@@ -265,7 +337,7 @@ class RankTrace:
                 op = str(args.get("Collective name", "")).replace("_", "")
                 if op not in ("allreduce", "broadcast"):
                     continue
-                nbytes = int(args["In msg nelems"]) * _element_bytes(args.get("dtype", "float"))
+                nbytes = _dims_elements([args["In msg nelems"]]) * _element_bytes(args.get("dtype", "float"))
             else:
                 continue
             where = [(name, occ) for name, a, b, occ in occurrence_at if a <= e["ts"] <= b]
@@ -350,8 +422,22 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
                              field="distributedInfo.rank")
     if overhead_s_per_event is None:
         overhead_s_per_event = measure_profiler_overhead(**ranks[0].options)
-    log(f"profiler overhead removed: {overhead_s_per_event * 1e6:.2f} us per recorded event")
+    notes = [f"profiler overhead removed: {overhead_s_per_event * 1e6:.2f} us per recorded event"]
+    try:  # the notes and warnings are printed once the profile is whole: a failure is one line
+        profile = _profile_from(ranks, overhead_s_per_event, notes.append, device_tflops, device_memory_bandwidth_GBps)
+    except ValidationError as err:  # a figure beyond what a profile takes (a phase of days, 10^30 FLOPs)
+        problem = validation_error(err, ranks[0].path)
+        raise UserInputError(f"the traces make no valid profile: {problem.field}: {problem.message}",
+                             source=ranks[0].path, field="traceEvents") from None
+    for note in notes:
+        log(note)
+    return profile
 
+
+def _profile_from(ranks: list[RankTrace], overhead_s_per_event: float, log: Callable[[str], None],
+                  device_tflops: Optional[float], device_memory_bandwidth_GBps: Optional[float]) -> Profile:
+    """The profile of one run's rank traces, with the profiler's overhead removed."""
+    world = ranks[0].world_size
     samples, compute_samples, events_per_step, raw = [], [], {}, {}
     costs: dict[str, list[float]] = {}
     collectives: list[dict] = []
@@ -471,7 +557,7 @@ def _fit_from_trace(ranks: list[RankTrace], world: int, measured: Measured, log)
                 args = e.get("args", {})
                 n = _dims_elements(args.get("Input Dims", []))
                 if n:
-                    nbytes = n * _element_bytes((args.get("Input type") or ["float"])[0])
+                    nbytes = n * _element_bytes(_first_type(args))
                     by_size.setdefault(nbytes, []).append(e["dur"] * 1e-6)
     points = [AllreducePoint(world_size=world, bytes=n, time_s=statistics.fmean(t), iters=len(t), samples_s=t)
               for n, t in sorted(by_size.items())]

@@ -14,7 +14,8 @@ import sys
 from typing import Any
 
 from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
-from gansim.cli.args import number
+from gansim.cli.args import number, positive_int_list, whole_number
+from gansim.core import limits
 from gansim.core.errors import UserInputError
 
 INSTALL_HINT = "pip install 'gansim[calibrate]' torch==2.13.0"
@@ -97,35 +98,17 @@ def register(subparsers: Any) -> None:
 
 
 # --------------------------------------------------------------------------- validation
-def _int(value, flag: str, *, minimum: int) -> int:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise UserInputError(f"{value!r} is not an integer; allowed: an integer >= {minimum}",
-                             field=flag) from None
-    if n < minimum:
-        raise UserInputError(f"{n} is too small; allowed: an integer >= {minimum}", field=flag)
-    return n
+def _int(value, flag: str, *, minimum: int, maximum: int = 10**9) -> int:
+    return whole_number(value, flag, minimum=minimum, maximum=maximum)
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in str(text).split(",")]
-    if not parts or any(not p for p in parts):
-        raise UserInputError(f"{text!r}: allowed: comma-separated positive integers, e.g. 1,2",
-                             field="--world-sizes")
-    sizes = []
-    for p in parts:
-        if not p.isdigit() or int(p) < 1:
-            raise UserInputError(f"{p!r} is not a positive integer; allowed: comma-separated "
-                                 "positive integers, e.g. 1,2", field="--world-sizes")
-        sizes.append(int(p))
-    if len(set(sizes)) != len(sizes):
-        raise UserInputError(f"{text!r} repeats a world size", field="--world-sizes")
+    sizes = positive_int_list(text, "--world-sizes")
     if max(sizes) < 2:
         raise UserInputError(
             f"{text!r}: needs at least one world size >= 2 (the all-reduce sweep that fits "
             "alpha and beta runs there)", field="--world-sizes")
-    return tuple(sorted(sizes))
+    return tuple(sizes)
 
 
 def parse_size(text: str, flag: str = "--sizes") -> int:
@@ -210,13 +193,14 @@ def validate_args(args) -> dict:
         "timeout_s": number(args.timeout_s, "--timeout-s", "seconds"),
         "sweep_sizes": parse_sizes(args.sizes),
         "sweep_iters": _int(args.sweep_iters, "--sweep-iters", minimum=0),
-        "d_steps": _int(args.d_steps, "--d-steps", minimum=1),
-        "seed": _int(args.seed, "--seed", minimum=0),
+        "d_steps": _int(args.d_steps, "--d-steps", minimum=1, maximum=2**63),
+        "seed": _int(args.seed, "--seed", minimum=0, maximum=2**63 - 1),
         "script": _check_script(args),
         "device_tflops": _optional_number(getattr(args, "device_tflops", None), "--device-tflops", "TFLOP/s"),
         "device_memory_bandwidth_GBps": _optional_number(getattr(args, "device_memory_bandwidth_GBps", None),
                                                            "--device-memory-bandwidth-GBps", "GB/s"),
     }
+    limits.D_STEPS.check(values["d_steps"], field="--d-steps")
     if values["backend"] not in ("gloo", "nccl"):
         raise UserInputError(f"{values['backend']!r}; allowed: gloo, nccl", field="--backend")
     if values["mode"] not in ("ddp", "flat"):
@@ -237,6 +221,8 @@ def _check_torch_side(values: dict) -> None:
     from gansim.calibration.launch import launched_by_torchrun
     from gansim.calibration.models import check_model_shapes
 
+    if not launched_by_torchrun():  # every rank is a process on this machine
+        limits.WORKERS.check(max(values["world_sizes"]), field="--world-sizes")
     if values["backend"] == "nccl":
         if not torch.cuda.is_available():
             raise UserInputError("nccl needs CUDA GPUs and this torch sees none "
@@ -323,6 +309,9 @@ def run_from_trace(args) -> int:
     if getattr(args, "script", None) or getattr(args, "script_args", None):
         raise UserInputError("give either --from-trace or --script, not both", field="--from-trace")
     for path in args.from_trace:
+        if os.path.isdir(path):
+            raise UserInputError("is a directory; allowed: a trace file (.json or .json.gz)", source=path,
+                                 field="--from-trace")
         if not os.path.isfile(path):
             raise UserInputError("file does not exist", source=path, field="--from-trace")
     profile = import_traces(args.from_trace, overhead_s_per_event=overhead_s, log=_log,

@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from gansim.cli.args import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineParser
-from gansim.core.errors import UserInputError
+from gansim.core.errors import OutputError, UserInputError
 from gansim.core.version import __version__
 
 # module of gansim.cli -> the commands it registers
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"gansim: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OutputError as err:
+        print(f"gansim: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("gansim: interrupted", file=sys.stderr)
         return 130

@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, positive_int
+from gansim.cli.args import EXIT_OK, number, positive_int
 from gansim.core.config import TrainingOptions
 from gansim.core.errors import UserInputError
 
@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     p.add_argument("-g", "--ngpus", required=True, type=positive_int("-g"), metavar="N", help="ranks (the first N GPUs)")
     p.add_argument("-b", "--minbytes", default="8", metavar="SIZE", help="smallest size, e.g. 8, 64K, 1M (default 8)")
     p.add_argument("-e", "--maxbytes", default="8G", metavar="SIZE", help="largest size (default 8G)")
-    p.add_argument("-f", "--stepfactor", default=2.0, type=float, metavar="F", help="size factor (default 2)")
+    p.add_argument("-f", "--stepfactor", default="2", metavar="F", help="size factor (default 2)")
     p.add_argument("--op", default="all_reduce", choices=OPS, help="collective (default all_reduce)")
     p.add_argument("--algorithm", default="nccl", metavar="NAME",
                    help="nccl (what NCCL would run, default) or a textbook algorithm (all_reduce, broadcast only)")
@@ -46,7 +46,8 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
                              field="-g")
     if args.algorithm != "nccl" and args.op not in ("all_reduce", "broadcast"):
         raise UserInputError(f"--op {args.op} is modelled for the nccl algorithm only", field="--op")
-    sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"), args.stepfactor)
+    sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"),
+                        number(args.stepfactor, "-f"))
     options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto)
     rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology)
     human = sys.stderr if args.json else sys.stdout

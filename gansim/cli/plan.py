@@ -13,8 +13,9 @@ from typing import Any, Callable
 
 from gansim.cli.args import positive_int_list
 from gansim.core.errors import UserInputError
-from gansim.core.files import atomic_write
+from gansim.core.files import atomic_write, check_output_dir
 from gansim.core.units import HOUR
+from gansim.outputs.names import PLAN_OUTPUT
 from gansim.whatif.catalog import load_catalog, platform_names
 from gansim.whatif.datasets import dataset_for
 from gansim.whatif.plan import format_plan, plan
@@ -35,6 +36,9 @@ def _csv(flag: str, allowed: list[str] | None = None) -> Callable[[str], list[st
     return parse_list
 
 
+MAX_DEADLINE_HOURS = 1e6  # as the scenario's plan.deadline_hours (gansim.core.config.PlanSpec)
+
+
 def _deadline_hours(text: str) -> float:
     try:
         value = float(text)
@@ -42,6 +46,8 @@ def _deadline_hours(text: str) -> float:
         raise UserInputError(f"expected a number of hours, got {text!r}", field="--deadline-hours") from None
     if not math.isfinite(value) or value <= 0:
         raise UserInputError(f"the deadline must be in the future: hours > 0, got {text!r}", field="--deadline-hours")
+    if value > MAX_DEADLINE_HOURS:
+        raise UserInputError(f"expected at most {MAX_DEADLINE_HOURS:g} hours, got {text!r}", field="--deadline-hours")
     return value
 
 
@@ -87,6 +93,8 @@ def run_plan(args: argparse.Namespace) -> int:
         return 0
     if not args.scenario:
         raise UserInputError("give a SCENARIO (or --list to see the catalog)", field="SCENARIO")
+    if args.out:
+        check_output_dir(Path(args.out))
     loaded = load_scenario(args.scenario)
     s = loaded.scenario
     spec = s.plan
@@ -116,7 +124,7 @@ def run_plan(args: argparse.Namespace) -> int:
     print(format_plan(result), file=human)
     text = json.dumps(result, indent=2, default=str, allow_nan=False) + "\n"
     if args.out:
-        out = Path(args.out) / "plan.json"
+        out = Path(args.out) / PLAN_OUTPUT
         atomic_write(out, text)
         print(f"wrote {out}", file=sys.stderr)
     if args.json:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, positive_float, positive_int_list
+from gansim.core.files import check_output_dir, replaced_dir
+from gansim.outputs.names import KNOWN_OUTPUTS, VALIDATION_OUTPUTS
 
 
 def register(sub: Any) -> None:
@@ -48,10 +50,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from gansim.prediction.calibrated import predict
     from gansim.topology.graph import load_topology
 
+    world_sizes = positive_int_list(args.world_sizes, "--world-sizes")
     profile = load_profile(args.profile)
     topology = load_topology(args.topology, field="--topology") if args.topology else None
-    predictions = predict(profile, positive_int_list(args.world_sizes, "--world-sizes"), topology,
-                          measured_tflops=args.measured_tflops,
+    predictions = predict(profile, world_sizes, topology, measured_tflops=args.measured_tflops,
                           measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps)
     result = {"profile": args.profile, "predictions": [
         {"world_size": p.world_size, "step_time_s": p.step_time_s, "speedup": p.speedup,
@@ -83,10 +85,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from gansim.outputs.validation import write_validation
     from gansim.prediction.validation import validate
 
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
+    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     profile = load_profile(args.profile)
     report = validate(profile)
-    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
-    written = write_validation(out_dir, report, source=args.profile)
+    with replaced_dir(out_dir, VALIDATION_OUTPUTS) as stage:
+        written = [out_dir / path.relative_to(stage) for path in write_validation(stage, report, source=args.profile)]
     human = sys.stderr if args.json else sys.stdout
     print(report.table(), file=human)
     for path in written:
@@ -100,13 +104,16 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
     from gansim.outputs.validation import write_published_validation
     from gansim.prediction.published import as_dict, compare, error_table, load_published, predicted_curves
 
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"
+    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     files = load_published(args.published or None)
     rows = [row for f in files for row in compare(f)]
     curves = {f.spec.name: predicted_curves(f) for f in files}
-    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"
     record = as_dict(files, rows)
     table = error_table(files, rows)
-    written = write_published_validation(out_dir, record, curves, table)
+    with replaced_dir(out_dir, VALIDATION_OUTPUTS) as stage:
+        written = [out_dir / path.relative_to(stage)
+                   for path in write_published_validation(stage, record, curves, table)]
     human = sys.stderr if args.json else sys.stdout
     print("published nccl-tests measurements predicted from each system's topology alone (nccl algorithm, flow "
           "model); error = (predicted - measured) / measured busbw; messages from 1 MiB", file=human)

@@ -4,15 +4,20 @@ Dask cluster, with progress on stderr; every output written into --out."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import socket
 import sys
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 from gansim.cli.args import EXIT_OK, positive_int
+from gansim.core import limits
 from gansim.core.errors import UserInputError
+from gansim.core.files import check_output_dir, folder_name, replaced_dir
 from gansim.core.version import __version__
+from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS
 from gansim.outputs.results import table, to_json, write_run_outputs
 from gansim.outputs.trace import run_details
 from gansim.runner.scenario import LoadedScenario
@@ -36,16 +41,19 @@ def register(sub: Any) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.workers is not None:
+        limits.WORKERS.check(args.workers, field="--workers")
     loaded = load_scenario(args.scenario)
-    out_dir = Path(args.out) if args.out else Path("gansim-out") / loaded.scenario.name
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserInputError("exists and is not a directory", source=str(out_dir), field="--out")
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / folder_name(loaded.scenario.name)
+    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     human = sys.stderr if args.json else sys.stdout
     result = run_on_executor(loaded, args.executor, args.workers, args.traces)
     summary = result.summary
     runs = count_runs(loaded)  # what was simulated, 1-GPU baselines included
-    written = write_run_outputs(out_dir, summary, result.details, result.featured, result.topologies,
-                                description=loaded.scenario.description)
+    with replaced_dir(out_dir, SIMULATE_OUTPUTS) as stage:
+        written = [out_dir / path.relative_to(stage) for path in
+                   write_run_outputs(stage, summary, result.details, result.featured, result.topologies,
+                                     description=loaded.scenario.description)]
     print(table(summary), file=human)
     traced = sum(1 for d in result.details if "trace" in d)
     print(f"simulated {runs} runs in {result.wall_s:.2f} s wall ({runs / max(result.wall_s, 1e-9):.1f} runs/s), "
@@ -90,28 +98,87 @@ def make_progress(total: int) -> tuple[Callable[[int, int], None] | None, Callab
 
 
 def make_executor(spec: str, workers: int | None, runs: int) -> tuple[Executor | None, Callable[[], None]]:
-    """`local` (a process pool; serial when one worker or one run suffices) or
-    `dask://HOST:PORT` (a Dask cluster through distributed.Client.get_executor())."""
+    """`local` (a process pool; serial when one worker or one run suffices; never more
+    processes than runs) or `dask://HOST:PORT` (a Dask cluster through
+    distributed.Client.get_executor(), after checking within seconds that a Dask scheduler
+    answers there)."""
     if spec == "local":
-        count = workers if workers is not None else min(os.cpu_count() or 1, runs)
-        if count <= 1 or runs <= 1:
+        if workers is not None:
+            limits.WORKERS.check(workers, field="--workers")
+        count = min(workers if workers is not None else (os.cpu_count() or 1), runs)
+        if count <= 1:
             return None, lambda: None
         pool = ProcessPoolExecutor(max_workers=count)
         return pool, lambda: pool.shutdown(cancel_futures=True)
     if spec.startswith("dask://"):
-        address = spec.removeprefix("dask://")
-        if not address or ":" not in address:
-            raise UserInputError(f"expected dask://HOST:PORT, got {spec!r}", field="--executor")
+        host, port = dask_address(spec)
         try:
             from distributed import Client
         except ImportError:
             raise UserInputError("the dask executor needs: pip install 'gansim[dask]'", field="--executor") from None
+        address = f"tcp://{host}:{port}" if ":" not in host else f"tcp://[{host}]:{port}"
+        check_dask_scheduler(host, port, address)
         try:
-            client = Client(f"tcp://{address}", timeout="10s")
+            client = Client(address, timeout=f"{DASK_TIMEOUT_S}s")
         except (OSError, TimeoutError) as exc:
-            raise UserInputError(f"cannot reach the Dask scheduler at {address}: {exc}", field="--executor") from None
+            raise UserInputError(f"cannot reach the Dask scheduler at {host}:{port}: {exc}",
+                                 field="--executor") from None
         return client.get_executor(), client.close
     raise UserInputError(f"unknown executor {spec!r}; allowed: local, dask://HOST:PORT", field="--executor")
+
+
+# How long a Dask address may take to answer before it is declared unreachable
+DASK_TIMEOUT_S = 5
+
+
+def dask_address(spec: str) -> tuple[str, int]:
+    """`dask://HOST:PORT` (IPv6: `dask://[::1]:8786`) -> (host, port), or the one-line error."""
+    rest = spec.removeprefix("dask://")
+    host, sep, port_text = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() or c in "/?#@[]" for c in host):
+        raise UserInputError(f"expected dask://HOST:PORT, got {spec!r}", field="--executor")
+    if not (port_text.isascii() and port_text.isdigit() and 1 <= int(port_text) <= 65535):
+        raise UserInputError(f"expected a port number 1-65535 in dask://HOST:PORT, got {port_text!r}",
+                             field="--executor")
+    return host, int(port_text)
+
+
+def check_dask_scheduler(host: str, port: int, address: str) -> None:
+    """Fail within seconds when nothing listens at the address (refused at once), the host
+    is unknown, or what listens is not a Dask scheduler: distributed.Client waits out its
+    timeout on a refusal and waits forever for the handshake of a server that is not Dask."""
+    from distributed.comm import connect  # the optional dask extra, imported when asked for
+
+    where = f"{host}:{port}"
+    try:
+        socket.create_connection((host, port), timeout=DASK_TIMEOUT_S).close()
+    except socket.gaierror:
+        raise UserInputError(f"unknown host {host!r}", field="--executor") from None
+    except ConnectionRefusedError:
+        raise UserInputError(f"nothing listens at {where} (connection refused); start the scheduler "
+                             "(dask scheduler) or check the address", field="--executor") from None
+    except OSError as exc:
+        raise UserInputError(f"cannot reach {where}: {exc.strerror or exc}", field="--executor") from None
+
+    async def identity() -> Any:
+        comm = await connect(address, timeout=DASK_TIMEOUT_S)
+        try:
+            await comm.write({"op": "identity"})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(identity(), DASK_TIMEOUT_S)
+
+    try:
+        reply = asyncio.run(bounded())
+    except Exception as exc:  # noqa: BLE001 -- however the handshake fails, it was not Dask's
+        reply = exc
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        raise UserInputError(f"what listens at {where} is not a Dask scheduler (it gave no Dask answer within "
+                             f"{DASK_TIMEOUT_S} s)", field="--executor")
 
 
 def run_on_executor(loaded: LoadedScenario, executor_spec: str, workers: int | None,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, OneLineParser
-from gansim.core.errors import UserInputError
-from gansim.core.files import atomic_write
+from gansim.core.files import atomic_write, check_output_dir
+from gansim.outputs.names import TOPOLOGY_OUTPUT
 from gansim.outputs.report import topology_page
 from gansim.topology.graph import load_topology, summarize
 
@@ -27,10 +27,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_topology_show(args: argparse.Namespace) -> int:
-    topo = load_topology(args.topology, field="topology")
     out_dir = Path(args.out) if args.out else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise UserInputError("exists and is not a directory", source=str(out_dir), field="--out")
+    if out_dir is not None:
+        check_output_dir(out_dir)
+    topo = load_topology(args.topology, field="topology")
     info = summarize(topo)
     text = format_topology_summary(info)
     if args.json:
@@ -38,7 +38,7 @@ def cmd_topology_show(args: argparse.Namespace) -> int:
     else:
         print(text)
     if out_dir is not None:
-        path = out_dir / "topology.html"
+        path = out_dir / TOPOLOGY_OUTPUT
         atomic_write(path, topology_page(topo, info, text))
         print(f"wrote {path}", file=sys.stderr)
     return EXIT_OK

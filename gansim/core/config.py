@@ -2,7 +2,12 @@
 results record all go through these models.
 
 Loading never raises anything but `UserInputError` for a user's mistake, with the file
-and the dotted field in the message, so the CLI can print one line and exit 2."""
+and the dotted field in the message, so the CLI can print one line and exit 2.
+
+This is the validation boundary: every model a user's file or flag fills in derives from
+`Strict` (strict types, finite numbers, no unknown fields) and gives each number one of the
+range types below, so whatever passes here is something every model downstream can compute
+with (no NaN, infinity, overflow or division by zero)."""
 
 from __future__ import annotations
 
@@ -10,16 +15,19 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from gansim.core import limits
 from gansim.core.errors import UserInputError
 
 NodeKind = Literal["gpu", "cpu", "host", "pcie_switch", "nvswitch", "nic", "switch"]
@@ -35,22 +43,71 @@ DatasetName = Literal["mnist", "cifar10", "celeba"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """The base of every model a user fills in (scenario and topology files, generator
+    parameters, the platform catalog, calibration profiles): an unknown field is an error,
+    types are strict (`true` is not 1, `"2"` is not 2, 2.5 is not a whole number) and no
+    float is NaN or infinite. A new field takes one of the range types below (or a Field
+    with both bounds), and inherits all of this."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# ----------------------------------------------------------------------------- ranges
+# Sane ranges: far beyond any real machine or model, yet narrow enough that no product or sum
+# of them downstream overflows a float or divides by zero. README.md ("Bad input and limits")
+# lists them.
+def at_least(floor: float, unit: str) -> AfterValidator:
+    """A lower bound above zero, after pydantic's own `gt=0` (whose message stays for 0 and
+    negative numbers)."""
+
+    def check(value: float) -> float:
+        if value < floor:
+            raise ValueError(f"Input should be at least {floor:g}{unit} (far below any real figure)")
+        return value
+
+    return AfterValidator(check)
+
+
+MAX_SECONDS = 1e6  # any one duration: a phase, a restart, an overhead (11.6 days)
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS), at_least(1e-12, " s")]
+Microseconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]  # a latency: up to 1 s
+SecondsPerByte = Annotated[float, Field(ge=0, le=1e-3)]  # 1 kB/s and faster
+BandwidthGBps = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, " GB/s")]  # per direction
+Tflops = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, " TFLOP/s")]
+MemoryGB = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, " GB")]
+Multiplier = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, "")]
+Fraction = Annotated[float, Field(gt=0, le=1), at_least(1e-6, "")]
+MAX_BYTES = 2**50  # 1 PiB: any one buffer, message or file
+ByteCount = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+PositiveByteCount = Annotated[int, Field(ge=1, le=MAX_BYTES)]
+Bytes = Annotated[float, Field(ge=0, le=float(MAX_BYTES))]
+ParamCount = Annotated[int, Field(ge=1, le=10**13)]
+Count = Annotated[int, Field(ge=1, le=10**9)]  # cores, threads, batch sizes, queue depths
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# counts that a limit (gansim.core.limits) bounds: raisable, so checked by the limit itself
+RankCount = Annotated[int, Field(ge=1), AfterValidator(limits.RANKS.validator)]
+StepCount = Annotated[int, Field(ge=1), AfterValidator(limits.STEPS.validator)]
+DStepCount = Annotated[int, Field(ge=1), AfterValidator(limits.D_STEPS.validator)]
+
+
+# each rank's own variability of its compute phases (TrainingOptions.compute_cv; a profile's fit)
+CoefficientOfVariation = Annotated[float, Field(ge=0, le=2)]
 
 
 # ----------------------------------------------------------------------------- topology
 class NodeSpec(Strict):
     id: str = Field(min_length=1)
     kind: NodeKind
-    memory_GB: float | None = Field(default=None, gt=0)
-    tflops: float | None = Field(default=None, gt=0)
+    memory_GB: MemoryGB | None = None
+    tflops: Tflops | None = None
     # peak device-memory bandwidth per datasheet (GB/s): memory-bound kernels (gradient
     # compression) and the roofline that moves a calibrated profile to another GPU use it
-    memory_bandwidth_GBps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_bandwidth_GBps: BandwidthGBps | None = None
     model: str | None = None
-    cores: int | None = Field(default=None, ge=1)
+    cores: Count | None = None
     host: str | None = None
-    threads: int | None = Field(default=None, ge=1)
+    threads: Count | None = None
     # gpu: False when it cannot reach another GPU's memory directly (GeForce cards, P2P disabled,
     # most VMs): its GPU-to-GPU bytes are staged in host memory, as NCCL's SHM transport does
     p2p: bool = True
@@ -62,15 +119,15 @@ class NodeSpec(Strict):
     nvlink_sharp: bool | None = None
     # host: DRAM bandwidth (all channels, datasheet rate), which staged GPU-to-GPU traffic
     # (written to and read back from host memory) shares; left out, not a constraint
-    dram_bandwidth_GBps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    dram_bandwidth_GBps: BandwidthGBps | None = None
 
 
 class LinkSpec(Strict):
     a: str
     b: str
     kind: LinkKind
-    bandwidth_GBps: float = Field(gt=0, allow_inf_nan=False)
-    latency_us: float = Field(ge=0, allow_inf_nan=False)
+    bandwidth_GBps: BandwidthGBps
+    latency_us: Microseconds
 
 
 class TopologyFile(Strict):
@@ -97,12 +154,12 @@ class TopologyFile(Strict):
 class NetworkFigures(Strict):
     """One network (generator or discriminator) on one GPU at the scenario's per-GPU batch."""
 
-    params: int = Field(gt=0)
-    forward_s: float = Field(ge=0, allow_inf_nan=False)
-    backward_s: float = Field(ge=0, allow_inf_nan=False)
-    optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+    params: ParamCount
+    forward_s: Seconds
+    backward_s: Seconds
+    optimizer_s: Seconds
     # non-parameter state (BatchNorm running statistics), for options.broadcast_buffers
-    buffer_bytes: int = Field(default=0, ge=0)
+    buffer_bytes: ByteCount = 0
 
 
 class GanNetworks(Strict):
@@ -111,35 +168,35 @@ class GanNetworks(Strict):
 
 
 class DataFigures(Strict):
-    host_prep_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    bytes_per_sample: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    host_prep_s: Seconds = 0.0
+    bytes_per_sample: Bytes = 0.0
 
 
 class GanWorkloadSpec(Strict):
     name: str = "inline-gan"
     bytes_per_param: int = Field(default=4, ge=1, le=8)
-    d_steps_per_g_step: int = Field(default=1, ge=1)
+    d_steps_per_g_step: DStepCount = 1
     networks: GanNetworks
     data: DataFigures = DataFigures()
 
 
 class AllreduceWorkloadSpec(Strict):
-    allreduce_bytes: int = Field(gt=0)
+    allreduce_bytes: PositiveByteCount
 
 
 class StepPhaseFigures(Strict):
     """Seconds of one rank's step phases at `batch` samples (the calibrator's vocabulary:
     gansim.training.workloads.StepPhases)."""
 
-    batch: float = Field(gt=0, allow_inf_nan=False)
-    data_host_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    sample_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    d_forward_s: float = Field(ge=0, allow_inf_nan=False)
-    d_backward_s: float = Field(ge=0, allow_inf_nan=False)
-    d_optimizer_s: float = Field(ge=0, allow_inf_nan=False)
-    g_forward_s: float = Field(ge=0, allow_inf_nan=False)
-    g_backward_s: float = Field(ge=0, allow_inf_nan=False)
-    g_optimizer_s: float = Field(ge=0, allow_inf_nan=False)
+    batch: Annotated[float, Field(gt=0, le=1e9)]
+    data_host_s: Seconds = 0.0
+    sample_bytes: Bytes = 0.0
+    d_forward_s: Seconds
+    d_backward_s: Seconds
+    d_optimizer_s: Seconds
+    g_forward_s: Seconds
+    g_backward_s: Seconds
+    g_optimizer_s: Seconds
 
 
 class ProfiledWorkloadSpec(Strict):
@@ -150,29 +207,23 @@ class ProfiledWorkloadSpec(Strict):
 
     name: str = Field(min_length=1)
     from_profile: str = Field(min_length=1)
-    d_steps_per_g_step: int = Field(default=1, ge=1, le=1000)
+    d_steps_per_g_step: DStepCount = 1
     phases: StepPhaseFigures
-    d_param_tensors: list[int] = Field(min_length=1)
-    g_param_tensors: list[int] = Field(min_length=1)
-    d_buffer_bytes: int = Field(default=0, ge=0)
-    g_buffer_bytes: int = Field(default=0, ge=0)
+    # elements (4 bytes each) of each gradient tensor: at most a profile's 2^50 gradient bytes
+    d_param_tensors: list[Annotated[int, Field(ge=1, le=MAX_BYTES)]] = Field(min_length=1)
+    g_param_tensors: list[Annotated[int, Field(ge=1, le=MAX_BYTES)]] = Field(min_length=1)
+    d_buffer_bytes: ByteCount = 0
+    g_buffer_bytes: ByteCount = 0
     # on the calibrated machine itself: how much slower each rank computes with this many
     # ranks computing at once (the profile's core sharing; 1 where not given)
-    core_sharing: dict[int, float] = Field(default_factory=dict)
+    core_sharing: dict[RankCount, Multiplier] = Field(default_factory=dict)
 
     @field_validator("core_sharing")
     @classmethod
     def _sharing_slows(cls, factors: dict[int, float]) -> dict[int, float]:
-        if any(k < 1 or not (1.0 <= v < 1e6) for k, v in factors.items()):
-            raise ValueError("core sharing factors are >= 1 (and finite), at rank counts >= 1")
+        if any(v < 1.0 for v in factors.values()):
+            raise ValueError("core sharing factors are >= 1: a rank never computes faster for sharing its cores")
         return factors
-
-    @field_validator("d_param_tensors", "g_param_tensors")
-    @classmethod
-    def _positive_tensors(cls, sizes: list[int]) -> list[int]:
-        if any(n < 1 for n in sizes):
-            raise ValueError("every tensor has at least one element")
-        return sizes
 
 
 def _workload_form(value: Any) -> str:
@@ -202,8 +253,8 @@ WorkloadField = Annotated[
 
 # ----------------------------------------------------------------------------- scenario
 class Reference(Strict):
-    speedup: dict[int, float] = Field(default_factory=dict)
-    step_time_s: dict[int, float] = Field(default_factory=dict)
+    speedup: dict[RankCount, Annotated[float, Field(gt=0, le=1e9)]] = Field(default_factory=dict)
+    step_time_s: dict[RankCount, PositiveSeconds] = Field(default_factory=dict)
     source: str = ""
 
 
@@ -211,17 +262,17 @@ class TrainingOptions(Strict):
     """How one data-parallel step is run (the DDP-like knobs of DESIGN.md)."""
 
     overlap: bool = False  # DDP-style bucketed all-reduce overlapped with backward
-    bucket_MiB: float = Field(default=25.0, gt=0)
-    first_bucket_MiB: float = Field(default=1.0, gt=0)
+    bucket_MiB: Multiplier = 25.0
+    first_bucket_MiB: Multiplier = 1.0
     gradient_dtype: GradientDtype = "fp32"
-    host_overhead_per_replica_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    host_overhead_per_replica_s: Seconds = 0.0
     chunks: int = Field(default=1, ge=1, le=4096)
     # FLOP-costed workloads only: achieved fraction of the device's peak, and the fixed cost
     # of each kernel launch (what dominates small layers on a GPU)
-    compute_efficiency: float = Field(default=0.35, gt=0, le=1)
-    kernel_launch_us: float = Field(default=5.0, ge=0, allow_inf_nan=False)
+    compute_efficiency: Fraction = 0.35
+    kernel_launch_us: Microseconds = 5.0
     # local reduction cost of the all-reduce; NCCL fuses it into the copy, hence 0 by default
-    gamma_s_per_byte: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    gamma_s_per_byte: SecondsPerByte = 0.0
     # activation checkpointing (seed 002 "recomputation"): less activation memory, one more
     # forward pass of compute per step (gansim/training/memory.py: recompute_extra_forward)
     recompute: bool = False
@@ -234,7 +285,7 @@ class TrainingOptions(Strict):
     # phase of each rank and step takes its time times a lognormal factor of mean 1 and this
     # coefficient of variation, drawn from the scenario's seed. A synchronous step waits at
     # every collective for the slowest rank, so variability costs time, more with more ranks.
-    compute_cv: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False)
+    compute_cv: CoefficientOfVariation = 0.0
     # For the `nccl` algorithm: force NCCL's algorithm or protocol as NCCL_ALGO / NCCL_PROTO do
     # (default: NCCL's own choice by message size; gansim/collectives/nccl_tuning.py)
     nccl_algo: NcclAlgo | None = None
@@ -247,8 +298,8 @@ class RunSpec(Strict):
     """A whole training run: `epochs` passes over a dataset (by name, or a count of images)."""
 
     dataset: DatasetName | None = None
-    images: int | None = Field(default=None, ge=1)
-    epochs: float = Field(gt=0, allow_inf_nan=False)
+    images: Annotated[int, Field(ge=1, le=10**12)] | None = None
+    epochs: Annotated[float, Field(gt=0, le=1e6)]
     # packed: the dataset is one file read into memory once per run (torchvision's MNIST and
     # CIFAR-10); files: one file per image, read from the volume every epoch (ImageFolder)
     data_format: Literal["packed", "files"] = "packed"
@@ -261,20 +312,21 @@ class RunSpec(Strict):
 
 
 class CheckpointSpec(Strict):
-    every_steps: int = Field(ge=1)
+    every_steps: Annotated[int, Field(ge=1, le=10**15)]
     # defaults to the scenario's storage volume bandwidth when a storage class is given
-    storage_bandwidth_GBps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    storage_bandwidth_GBps: BandwidthGBps | None = None
     include_optimizer: bool = True
 
 
 class FailureSpec(Strict):
-    mtbf_hours_per_gpu: float = Field(gt=0, allow_inf_nan=False)
-    restart_s: float = Field(ge=0, allow_inf_nan=False)
+    # at least 3.6 s: a fault every few seconds per GPU is no longer a training run
+    mtbf_hours_per_gpu: Annotated[float, Field(gt=0, le=1e9), at_least(1e-3, " h")]
+    restart_s: Seconds
 
 
 class PreemptionSpec(Strict):
-    rate_per_hour: float = Field(ge=0, allow_inf_nan=False)  # per instance (machine) of the run
-    restart_s: float = Field(ge=0, allow_inf_nan=False)
+    rate_per_hour: Annotated[float, Field(ge=0, le=1e3)]  # per instance (machine) of the run
+    restart_s: Seconds
 
 
 class StorageSpec(Strict):
@@ -282,10 +334,10 @@ class StorageSpec(Strict):
     issued `queue_depth` at a time (1 = PyTorch DataLoader's default num_workers=0)."""
 
     name: str = Field(default="inline", min_length=1)
-    bandwidth_MBps: float = Field(gt=0, allow_inf_nan=False)
-    iops: float = Field(gt=0, allow_inf_nan=False)
-    latency_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    queue_depth: int = Field(default=1, ge=1)
+    bandwidth_MBps: Annotated[float, Field(gt=0, le=1e9), at_least(1e-3, " MB/s")]
+    iops: Annotated[float, Field(gt=0, le=1e9), at_least(1e-3, "")]
+    latency_ms: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 0.0
+    queue_depth: Count = 1
     overlap_input: bool = False  # True: reads prefetched behind compute (DataLoader workers)
     source: str = ""
 
@@ -293,24 +345,24 @@ class StorageSpec(Strict):
 class MemorySpec(Strict):
     # CUDA context + kernels: nvidia-smi shows ~781 MB right after creating one CUDA tensor
     # (pytorch/pytorch issue #34323, 2020); NCCL buffers come on top and are not counted.
-    reserve_MiB: float = Field(default=780.0, ge=0, allow_inf_nan=False)
+    reserve_MiB: Annotated[float, Field(ge=0, le=1e9)] = 780.0
     optimizer: Literal["adam", "momentum", "sgd"] = "adam"
     # inline workloads have no layers to estimate activations from: give them here
-    activation_bytes_per_sample: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    activation_bytes_per_sample: Bytes | None = None
 
 
 class ElasticSpec(Strict):
     """Seed 001: add or remove GPUs at epoch boundaries from the GPUs' utilisation."""
 
-    min_gpus: int = Field(ge=1)
-    max_gpus: int = Field(ge=1)
-    start_gpus: int | None = Field(default=None, ge=1)  # default: fixed_gpus
-    fixed_gpus: int | None = Field(default=None, ge=1)  # the fixed allocation compared; default max_gpus
+    min_gpus: RankCount
+    max_gpus: RankCount
+    start_gpus: RankCount | None = None  # default: fixed_gpus
+    fixed_gpus: RankCount | None = None  # the fixed allocation compared; default max_gpus
     scale_up_above: float = Field(default=0.8, gt=0, le=1)
     scale_down_below: float = Field(default=0.5, ge=0, lt=1)
     step: Literal["double", "one"] = "double"
-    rescale_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
-    cooldown_epochs: int = Field(default=0, ge=0)
+    rescale_s: Seconds = 60.0
+    cooldown_epochs: Annotated[int, Field(ge=0, le=10**6)] = 0
     algorithm: str | None = None
 
     @model_validator(mode="after")
@@ -332,9 +384,11 @@ class PlanSpec(Strict):
 
     platforms: list[str] = Field(min_length=1)
     pricing: list[Pricing] = Field(default_factory=lambda: ["on_demand"], min_length=1)
-    deadline_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    deadline: datetime | None = None  # ISO 8601; without a zone it is UTC; must be in the future
-    gpus: list[int] | None = None  # GPU counts tried on each platform (default: all its GPUs)
+    deadline_hours: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    # ISO 8601; without a zone it is UTC; must be in the future. Not strict: YAML gives a
+    # timestamp, a quoted one is a string, and both mean the same.
+    deadline: datetime | None = Field(default=None, strict=False)
+    gpus: list[RankCount] | None = None  # GPU counts tried on each platform (default: all its GPUs)
     algorithm: str | None = None
 
     @field_validator("gpus")
@@ -406,16 +460,16 @@ class Scenario(Strict):
     description: str = ""
     topology: str
     workload: WorkloadField
-    gpus: list[int] = Field(min_length=1)
+    gpus: list[RankCount] = Field(min_length=1)
     algorithms: list[str] = Field(default_factory=lambda: ["ring"], min_length=1)
     cost_model: CostModelName = "flow"
     scaling: Scaling = "weak"
-    per_gpu_batch: int | None = Field(default=64, ge=1)
-    global_batch: int | None = Field(default=None, ge=1)
-    steps: int = Field(default=20, ge=1, le=100_000)
-    seed: int = 0
+    per_gpu_batch: Count | None = 64
+    global_batch: Count | None = None
+    steps: StepCount = 20
+    seed: Seed = 0
     profile: str | None = None
-    link_bandwidth_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    link_bandwidth_scale: Multiplier = 1.0
     options: TrainingOptions = TrainingOptions()
     reference: Reference | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
@@ -438,6 +492,15 @@ class Scenario(Strict):
         if bad:
             raise ValueError(f"GPU counts must be >= 1, got {bad[0]}")
         return sorted(set(gpus))
+
+    @field_validator("steps")
+    @classmethod
+    def _simulated_steps(cls, steps: int, info: ValidationInfo) -> int:
+        """Each training step simulates d_steps_per_g_step discriminator steps: the limit is on both."""
+        workload = info.data.get("workload")
+        if isinstance(workload, GanWorkloadSpec):
+            limits.STEPS.validator(steps * workload.d_steps_per_g_step)
+        return steps
 
     @field_validator("sweep")
     @classmethod
@@ -503,6 +566,8 @@ def validation_error(err: ValidationError, source: str) -> UserInputError:
     if first["type"] == "missing":
         msg = "required field is missing"
     msg = msg.removeprefix("Value error, ")
+    if isinstance(first.get("input"), bool) and first["type"] in ("int_type", "float_type"):
+        msg = f"expected a number, got the boolean {str(first['input']).lower()}"
     return UserInputError(msg, source=source, field=_field_path(tuple(first["loc"])))
 
 

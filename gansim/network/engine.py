@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from gansim.core import limits
 from gansim.core.errors import SimulationError
 from gansim.network.flows import FlowNetwork, distinct
 
@@ -65,6 +66,7 @@ class TaskGraph:
         self._labels = Labels()
         self._solved: list[tuple[int, int, Solver]] = []
         self.size = 0
+        self.max_size = limits.TASKS.value
 
     @property
     def labels(self) -> list[str]:
@@ -79,6 +81,8 @@ class TaskGraph:
         `detail` is a per-task number that qualifies the label (an all-reduce's step)."""
         arrays = [a for a in (route, amount, rank) if isinstance(a, np.ndarray)]
         n = count if count is not None else (arrays[0].size if arrays else 1)
+        if self.size + n > self.max_size:  # memory grows with the graph: stop before it runs out
+            limits.TASKS.check(self.size + n)
         ids = np.arange(self.size, self.size + n, dtype=np.int64)
         self._kind.append(np.full(n, kind, dtype=np.int8))
         self._route.append(np.broadcast_to(np.asarray(route, dtype=np.int64), (n,)))

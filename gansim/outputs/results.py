@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gansim.core.files import atomic_write
+from gansim.outputs.names import TRACE_DIR
 from gansim.outputs.report import scenario_report
 
 
@@ -86,7 +87,6 @@ def table(summary: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- per-run outputs
-TRACE_DIR = "traces"
 _TRACE_PREFIX = "run-"
 
 

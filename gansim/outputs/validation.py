@@ -7,14 +7,16 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gansim.core.files import atomic_write
 from gansim.outputs import plot
 from gansim.outputs.plot import Figure
 from gansim.outputs.report import Section, html_page
 from gansim.outputs.results import to_json
-from gansim.prediction.validation import ValidationReport
+
+if TYPE_CHECKING:  # the profile's models cost a fifth of a second that `gansim simulate` need not pay
+    from gansim.prediction.validation import ValidationReport
 
 
 def write_validation(out_dir: Path, report: ValidationReport, *, source: str) -> list[Path]:

@@ -5,11 +5,13 @@ Only fitted figures are used, never the measured multi-rank step times (those ar
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from gansim.calibration.phases import COMPUTE_PHASES
 from gansim.calibration.profile import Profile
+from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.core.units import MiB
@@ -21,8 +23,10 @@ from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
 # PyTorch DDP's defaults (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and
 # dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB)
 DDP_BUCKET_MiB, DDP_FIRST_BUCKET_MiB = 25.0, 1.0
-# steps simulated when ranks vary: enough for the mean over the draws to settle
-PREDICTED_STEPS = 100
+MAX_BANDWIDTH_GBps = 1e6  # the largest link bandwidth a topology takes (core.config.BandwidthGBps)
+# steps simulated when ranks vary (predicted_steps): 100 at two ranks, fewer with more ranks
+# (each step draws every phase once per rank), at least 5
+PREDICTED_STEPS, PREDICTED_DRAWS, MIN_PREDICTED_STEPS = 100, 200, 5
 
 
 def profile_workload(profile: Profile) -> GanWorkload:
@@ -50,6 +54,7 @@ def profile_workload(profile: Profile) -> GanWorkload:
         d_steps_per_g_step=prov.d_steps, d_param_tensors=d_tensors, g_param_tensors=g_tensors,
         measured=phases, architecture=None,
         d_buffer_bytes=fit.buffer_bytes.discriminator, g_buffer_bytes=fit.buffer_bytes.generator,
+        pad_per_rank=True,
     )
 
 
@@ -88,7 +93,9 @@ def profile_topology(profile: Profile, ranks: int) -> Topology:
     rank-to-rank through two loopback hops whose latencies add up to alpha and whose
     bandwidth is 1/beta (so a ring step costs alpha + n beta, the fitted closed form)."""
     fit = profile.fit
-    bandwidth_GBps = 1.0 / fit.beta_s_per_byte / 1e9 if fit.beta_s_per_byte > 0 else 1e6
+    # beta below 1e-15 s/B (a petabyte per second) is as good as free: the topology's ceiling
+    bandwidth_GBps = min(1.0 / fit.beta_s_per_byte / 1e9, MAX_BANDWIDTH_GBps) if fit.beta_s_per_byte > 0 \
+        else MAX_BANDWIDTH_GBps
     return topology_from_dict({
         "name": f"calibrated-{profile.provenance.host}",
         "description": f"{profile.provenance.device} calibrated {profile.provenance.date}",
@@ -121,9 +128,16 @@ def bucket_caps_MiB(profile: Profile) -> tuple[float, float]:
 def predict(profile: Profile, world_sizes: list[int], topology: Topology | None = None,
             algorithm: str = "ring", measured_tflops: float | None = None,
             measured_memory_bandwidth_GBps: float | None = None) -> list[Prediction]:
+    for w in world_sizes:
+        limits.RANKS.check(w, field="--world-sizes")
     workload = profile_workload(profile)
     sizes = sorted(set(world_sizes) | {1})
-    records: dict[int, dict[str, Any]] = {}
+    topo = topology if topology is not None else profile_topology(profile, max(sizes))
+    if max(sizes) > len(topo.ranks):
+        raise UserInputError(f"{max(sizes)} ranks asked but topology {topo.name!r} has {len(topo.ranks)}",
+                             field="--world-sizes")
+    # the measured sharing factor already contains any oversubscription of the cores
+    unshared = without_core_pools(topo)
     phases = workload.measured
     assert phases is not None
     scaled_from = None
@@ -135,29 +149,29 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
         phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
     bucket_MiB, first_bucket_MiB = bucket_caps_MiB(profile)
+    ddp = profile.provenance.mode == "ddp"
+    options = TrainingOptions(
+        overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=bucket_MiB,
+        first_bucket_MiB=first_bucket_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
+    )
+    records: dict[int, dict[str, Any]] = {}
     for w in sizes:
-        topo = topology if topology is not None else profile_topology(profile, max(sizes))
-        if w > len(topo.ranks):
-            raise UserInputError(f"{w} ranks asked but topology {topo.name!r} has {len(topo.ranks)}",
-                                 field="--world-sizes")
         # ranks on GPUs of their own share no cores
         factor = sharing_factor(profile, w) if target is None else 1.0
-        scaled = phases.slowed(factor)
-        ddp = profile.provenance.mode == "ddp"
-        options = TrainingOptions(
-            overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=bucket_MiB,
-            first_bucket_MiB=first_bucket_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
-        )
         scenario = Scenario(name="predict", topology=topo.name, workload="calibrated", gpus=[w],
                             algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
-                            steps=PREDICTED_STEPS if profile.fit.compute_cv > 0 else 5,
-                            options=options)
-        # the measured sharing factor already contains any oversubscription of the cores
-        unshared = without_core_pools(topo)
-        records[w] = simulate_point(scenario, unshared, w, algorithm, workload=(workload, scaled))
+                            steps=predicted_steps(w) if profile.fit.compute_cv > 0 else 5, options=options)
+        records[w] = simulate_point(scenario, unshared, w, algorithm,
+                                    workload=(workload, phases.slowed(factor)))
     t1 = records[1]["step_time_s"]
     return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w], scaled_from)
             for w in sorted(set(world_sizes))]
+
+
+def predicted_steps(ranks: int) -> int:
+    """Steps simulated when ranks vary: enough that every compute phase is drawn
+    PREDICTED_DRAWS times over all ranks (the mean over them settles), at least MIN_STEPS."""
+    return max(MIN_PREDICTED_STEPS, min(PREDICTED_STEPS, math.ceil(PREDICTED_DRAWS / ranks)))
 
 
 def without_core_pools(topo: Topology) -> Topology:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gansim.collectives.closed_forms import algbw, bus_factor
 from gansim.collectives.nccl import NCCL
-from gansim.core.config import TrainingOptions
+from gansim.core.config import MAX_BYTES, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.runner.collective import collective_times
 from gansim.topology.graph import Topology
@@ -47,6 +47,8 @@ def parse_size(text: str, flag: str) -> int:
     value = float(match.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
     if value < 1:
         raise UserInputError(f"expected a size of at least 1 byte, got {text!r}", field=flag)
+    if not value <= MAX_BYTES:  # also a number too long for a float (infinity)
+        raise UserInputError(f"expected a size of at most {MAX_BYTES:,} bytes (1 PiB), got {text!r}", field=flag)
     return int(value)
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
-from gansim.core.config import Strict, parse
+from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir, shipped_names
 from gansim.core.units import MiB
@@ -33,10 +33,20 @@ class PublishedSource(Strict):
     read: str = Field(min_length=4)
 
 
+# size_B, time_us, algbw_GBps, busbw_GBps (nccl-tests' out-of-place columns); the measured
+# busbw divides each error, so it is above zero
+MeasuredPoint = tuple[PositiveByteCount, Annotated[float, Field(gt=0, le=1e12)], BandwidthGBps, BandwidthGBps]
+
+
 class PublishedMeasurement(Strict):
     op: str
-    # size_B, time_us, algbw_GBps, busbw_GBps (nccl-tests' out-of-place columns)
-    points: list[tuple[int, float, float, float]] = Field(min_length=1)
+    points: list[MeasuredPoint] = Field(min_length=1)
+
+    @field_validator("points", mode="before")
+    @classmethod
+    def _rows_as_tuples(cls, rows: Any) -> Any:
+        """YAML has no tuples: a row is a list of four numbers (strict mode takes no list for a tuple)."""
+        return [tuple(row) if isinstance(row, list) else row for row in rows] if isinstance(rows, list) else rows
 
     @field_validator("op")
     @classmethod
@@ -54,7 +64,7 @@ class PublishedSystem(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     source: PublishedSource
     topology: dict[str, Any]
-    gpus: int = Field(ge=2)
+    gpus: Annotated[RankCount, Field(ge=2)]
     measurements: list[PublishedMeasurement] = Field(min_length=1)
 
 

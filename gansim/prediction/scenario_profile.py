@@ -20,8 +20,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from gansim.calibration.profile import Profile, load_profile
-from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse
+from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse, validation_error
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import (
     bucket_caps_MiB,
@@ -71,8 +73,13 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
         loaded = dataclasses.replace(loaded, machines=((CALIBRATED, machine),))
         sharing = {gpus: sharing_factor(profile, gpus) for gpus in sorted(set(scenario.gpus) | {1})}
     data = scenario.model_dump(exclude_none=False)
-    data["workload"] = profiled_workload(profile, loaded, str(path)).model_copy(
-        update={"core_sharing": sharing}).model_dump()
+    try:
+        workload = profiled_workload(profile, loaded, str(path))
+    except ValidationError as err:  # a phase moved to a far slower GPU: beyond the range of a duration
+        problem = validation_error(err, str(path))
+        raise UserInputError(f"profile {path} on this topology gives {problem.field} out of range: {problem.message}",
+                             source=loaded.source, field="profile") from None
+    data["workload"] = workload.model_copy(update={"core_sharing": sharing}).model_dump()
     data["options"] = {**profile_options(profile), **scenario.options.model_dump(exclude_unset=True)}
     return dataclasses.replace(loaded, scenario=parse(Scenario, data, loaded.source))
 

@@ -107,6 +107,8 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
         workload, given_phases = workload
     else:
         workload = scenario_workload(s, source=source)
+    if isinstance(workload, GanWorkload):
+        workload = workload.at_ranks(gpus)
     point = RunPoint(gpus, algorithm, s.cost_model, batch, s.steps, s.options, s.seed)
 
     def make_cluster(env: Any) -> Cluster:

@@ -4,12 +4,14 @@ its axes (the sweep) into the scenario each combination runs."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 from gansim.collectives.schedules import ALGORITHMS
+from gansim.core import limits
 from gansim.core.config import Scenario, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
@@ -72,8 +74,10 @@ def read_scenario(name_or_path: str,
 
 
 def validate_references(loaded: LoadedScenario) -> None:
-    """Check every name the scenario refers to before simulating anything."""
+    """Check every name the scenario refers to, and its size against the limits, before
+    simulating anything."""
     s, src = loaded.scenario, loaded.source
+    limits.RUNS.check(planned_runs(s), source=src, field="sweep" if s.sweep else "gpus")
     for i, name in enumerate(s.algorithms):
         ALGORITHMS.get(name, source=src, field=f"algorithms[{i}]")
     for overrides, scenario in loaded.combinations():
@@ -84,6 +88,13 @@ def validate_references(loaded: LoadedScenario) -> None:
                 source=src, field="gpus",
             )
         scenario_workload(scenario, source=src)
+
+
+def planned_runs(s: Scenario) -> int:
+    """How many points the scenario simulates, 1-GPU baselines included (counted, not
+    enumerated: a sweep may multiply to millions)."""
+    combinations = math.prod(len(values) for values in s.sweep.values())
+    return combinations * (len(s.algorithms) * len(s.gpus) + (0 if 1 in s.gpus else 1))
 
 
 def sweep_combinations(s: Scenario) -> list[dict[str, Any]]:

@@ -36,12 +36,14 @@ model (NVIDIA/nccl src/graph/tuning.cc, ``hwLat``), which charges per GPU-to-GPU
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from gansim.core import limits
+from gansim.core.config import BandwidthGBps, Count, MemoryGB, Microseconds, RankCount, Strict, Tflops
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 
@@ -78,7 +80,10 @@ def generate(name: str, params: dict | None, *, source: str | None = None) -> di
         model = gen.params_model.model_validate(params)
     except pydantic.ValidationError as err:
         raise _user_error(err, source) from None
-    return gen.build(model)
+    try:
+        return gen.build(model)
+    except _TooLarge as err:
+        raise UserInputError(str(err), source=source, field="params") from None
 
 
 def _user_error(err: pydantic.ValidationError, source: str | None) -> UserInputError:
@@ -98,20 +103,41 @@ def _user_error(err: pydantic.ValidationError, source: str | None) -> UserInputE
 # --------------------------------------------------------------------------- helpers
 
 
-class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Params(Strict):
+    """Generator parameters: strict, finite and bounded like every config model."""
+
+
+class _TooLarge(Exception):
+    """A generator's parameters ask for more than a limit allows (gansim.core.limits)."""
 
 
 class _Builder:
-    """Accumulates nodes and links; ``prefix`` namespaces ids (``n3.`` in multi_node)."""
+    """Accumulates nodes and links; ``prefix`` namespaces ids (``n3.`` in multi_node).
+    Counts what it builds against the topology limits, so that parameters asking for
+    millions of GPUs stop at the limit instead of exhausting memory; `counts` is shared by
+    the builders of one topology."""
 
-    def __init__(self, prefix: str = ""):
+    def __init__(self, prefix: str = "", counts: dict[str, int] | None = None):
         self.prefix = prefix
         self.nodes: list[dict] = []
         self.links: list[dict] = []
+        self.counts = counts if counts is not None else {"ranks": 0, "nodes": 0, "links": 0}
+        # the limits in force, read once: an environment lookup per node and link took a
+        # quarter of a second at 16,384 GPUs
+        self.ceilings = {"ranks": limits.RANKS.value, "nodes": limits.TOPOLOGY_NODES.value,
+                         "links": limits.TOPOLOGY_LINKS.value}
+
+    def _count(self, what: str, limit: limits.Limit) -> None:
+        self.counts[what] += 1
+        if self.counts[what] > self.ceilings[what]:
+            raise _TooLarge(f"the parameters build more {limit.what} than the limit of {limit.value:,} "
+                            f"({limit.variable}; set it higher to allow more)")
 
     def node(self, name: str, kind: str, **attrs: Any) -> str:
         node_id = self.prefix + name
+        self._count("nodes", limits.TOPOLOGY_NODES)
+        if kind in ("gpu", "cpu"):
+            self._count("ranks", limits.RANKS)
         self.nodes.append({"id": node_id, "kind": kind, **attrs})
         return node_id
 
@@ -124,6 +150,7 @@ class _Builder:
         )
 
     def link(self, a: str, b: str, kind: str, bandwidth_GBps: float, latency_us: float) -> None:
+        self._count("links", limits.TOPOLOGY_LINKS)
         self.links.append(
             {"a": a, "b": b, "kind": kind, "bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
         )
@@ -139,43 +166,43 @@ class _Builder:
 # - A100 SXM4 40GB: 19.5 TFLOPS, 1,555 GB/s HBM2 (NVIDIA A100 Tensor Core GPU datasheet, 2020).
 class _GTX1080Ti(_Params):
     gpu_model: str = "GTX 1080 Ti"
-    gpu_tflops: float = Field(11.34, gt=0)
-    gpu_memory_GB: float = Field(11.0, gt=0)
-    gpu_memory_bandwidth_GBps: float = Field(484.0, gt=0)
+    gpu_tflops: Tflops = 11.34
+    gpu_memory_GB: MemoryGB = 11.0
+    gpu_memory_bandwidth_GBps: BandwidthGBps = 484.0
 
 
 class _V100(_Params):
     gpu_model: str = "Tesla V100-SXM2-16GB"
-    gpu_tflops: float = Field(15.7, gt=0)
-    gpu_memory_GB: float = Field(16.0, gt=0)
-    gpu_memory_bandwidth_GBps: float = Field(900.0, gt=0)
+    gpu_tflops: Tflops = 15.7
+    gpu_memory_GB: MemoryGB = 16.0
+    gpu_memory_bandwidth_GBps: BandwidthGBps = 900.0
 
 
 class _A100(_Params):
     gpu_model: str = "A100-SXM4-40GB"
-    gpu_tflops: float = Field(19.5, gt=0)
-    gpu_memory_GB: float = Field(40.0, gt=0)
-    gpu_memory_bandwidth_GBps: float = Field(1555.0, gt=0)
+    gpu_tflops: Tflops = 19.5
+    gpu_memory_GB: MemoryGB = 40.0
+    gpu_memory_bandwidth_GBps: BandwidthGBps = 1555.0
 
 
 # --------------------------------------------------------------------------- pcie_tree
 
 
 class PcieTreeParams(_GTX1080Ti):
-    gpus: int = Field(4, ge=1)
-    gpus_per_switch: int = Field(
-        0, ge=0, description="GPUs per PCIe switch; 0 = every GPU directly on the host root complex"
+    gpus: RankCount = 4
+    gpus_per_switch: Annotated[int, Field(ge=0), AfterValidator(limits.RANKS.validator)] = Field(
+        0, description="GPUs per PCIe switch; 0 = every GPU directly on the host root complex"
     )
-    pcie_bandwidth_GBps: float = Field(15.75, gt=0, description="line rate; PCIe 3.0 x16 by default")
-    pcie_latency_us: float = Field(1.0, ge=0)
-    switch_uplink_bandwidth_GBps: float | None = Field(
-        None, gt=0, description="PCIe switch -> host link; default pcie_bandwidth_GBps"
+    pcie_bandwidth_GBps: BandwidthGBps = Field(15.75, description="line rate; PCIe 3.0 x16 by default")
+    pcie_latency_us: Microseconds = 1.0
+    switch_uplink_bandwidth_GBps: BandwidthGBps | None = Field(
+        None, description="PCIe switch -> host link; default pcie_bandwidth_GBps"
     )
-    host_cores: int = Field(16, ge=1)
+    host_cores: Count = 16
     p2p: bool = Field(True, description="False: the GPUs cannot reach each other's memory (GeForce, P2P "
                                         "disabled); GPU-to-GPU bytes go through host memory")
-    host_dram_bandwidth_GBps: float | None = Field(None, gt=0, description="the host's DRAM bandwidth (all "
-                                                                           "channels); default: unconstrained")
+    host_dram_bandwidth_GBps: BandwidthGBps | None = Field(None, description="the host's DRAM bandwidth (all "
+                                                                             "channels); default: unconstrained")
     host_model: str | None = Field(None, description="the host CPU, e.g. 'AMD EPYC 7302' (NCCL tunes for its vendor)")
 
 
@@ -202,9 +229,9 @@ def _pcie_tree(p: PcieTreeParams, b: _Builder) -> list[str]:
 
 
 class RingParams(_V100):
-    gpus: int = Field(8, ge=1)
-    bandwidth_GBps: float = Field(25.0, gt=0)
-    latency_us: float = Field(0.5, ge=0)
+    gpus: RankCount = 8
+    bandwidth_GBps: BandwidthGBps = 25.0
+    latency_us: Microseconds = 0.5
     link_kind: LinkKind = "nvlink"
 
 
@@ -221,9 +248,9 @@ def _ring(p: RingParams, b: _Builder) -> list[str]:
 
 
 class SwitchParams(_A100):
-    gpus: int = Field(8, ge=1)
-    bandwidth_GBps: float = Field(25.0, gt=0, description="each GPU's port, per direction")
-    latency_us: float = Field(1.0, ge=0)
+    gpus: RankCount = 8
+    bandwidth_GBps: BandwidthGBps = Field(25.0, description="each GPU's port, per direction")
+    latency_us: Microseconds = 1.0
 
 
 def _switch(p: SwitchParams, b: _Builder) -> list[str]:
@@ -238,9 +265,9 @@ def _switch(p: SwitchParams, b: _Builder) -> list[str]:
 
 
 class FullyConnectedParams(_V100):
-    gpus: int = Field(4, ge=1)
-    bandwidth_GBps: float = Field(25.0, gt=0, description="each pair's link, per direction")
-    latency_us: float = Field(0.5, ge=0)
+    gpus: RankCount = 4
+    bandwidth_GBps: BandwidthGBps = Field(25.0, description="each pair's link, per direction")
+    latency_us: Microseconds = 0.5
     link_kind: LinkKind = "nvlink"
 
 
@@ -256,14 +283,14 @@ def _fully_connected(p: FullyConnectedParams, b: _Builder) -> list[str]:
 
 
 class NvswitchParams(_A100):
-    gpus: int = Field(8, ge=1)
+    gpus: RankCount = 8
     # A100: 12 NVLink3 links x 25 GB/s = 300 GB/s per direction per GPU (NVIDIA A100 datasheet).
-    nvlink_bandwidth_GBps: float = Field(300.0, gt=0, description="per GPU to the NVSwitch, per direction")
-    nvlink_latency_us: float = Field(0.25, ge=0)
-    pcie_bandwidth_GBps: float = Field(31.5, gt=0, description="each GPU to the host, line rate (PCIe 4.0 x16)")
-    pcie_latency_us: float = Field(1.0, ge=0)
+    nvlink_bandwidth_GBps: BandwidthGBps = Field(300.0, description="per GPU to the NVSwitch, per direction")
+    nvlink_latency_us: Microseconds = 0.25
+    pcie_bandwidth_GBps: BandwidthGBps = Field(31.5, description="each GPU to the host, line rate (PCIe 4.0 x16)")
+    pcie_latency_us: Microseconds = 1.0
     # DGX A100: 2 x AMD EPYC 7742, 64 cores each (NVIDIA DGX A100 datasheet, 2020).
-    host_cores: int = Field(128, ge=1)
+    host_cores: Count = 128
     host_model: str | None = Field(None, description="the host CPU, e.g. 'AMD EPYC 7742' (NCCL tunes for its vendor)")
     nvlink_sharp: bool | None = Field(
         None, description="in-switch reduction (NCCL's NVLS); default: yes for Hopper or newer GPUs")
@@ -304,14 +331,14 @@ DGX1_NVLINK_BRICKS: dict[tuple[int, int], int] = {
 
 
 class Dgx1Params(_V100):
-    nvlink_brick_bandwidth_GBps: float = Field(25.0, gt=0, description="one NVLink2 brick, per direction")
-    nvlink_latency_us: float = Field(0.5, ge=0)
-    pcie_bandwidth_GBps: float = Field(15.75, gt=0, description="PCIe 3.0 x16 line rate, GPU <-> switch <-> CPU")
-    pcie_latency_us: float = Field(1.0, ge=0)
+    nvlink_brick_bandwidth_GBps: BandwidthGBps = Field(25.0, description="one NVLink2 brick, per direction")
+    nvlink_latency_us: Microseconds = 0.5
+    pcie_bandwidth_GBps: BandwidthGBps = Field(15.75, description="PCIe 3.0 x16 line rate, GPU <-> switch <-> CPU")
+    pcie_latency_us: Microseconds = 1.0
     # 2 x Xeon E5-2698 v4: two QPI links at 9.6 GT/s = 2 x 19.2 GB/s per direction (theoretical).
-    cpu_interconnect_bandwidth_GBps: float = Field(38.4, gt=0)
-    cpu_interconnect_latency_us: float = Field(1.0, ge=0)
-    cores_per_socket: int = Field(20, ge=1)
+    cpu_interconnect_bandwidth_GBps: BandwidthGBps = 38.4
+    cpu_interconnect_latency_us: Microseconds = 1.0
+    cores_per_socket: Count = 20
 
 
 def _dgx1(p: Dgx1Params, b: _Builder) -> list[str]:
@@ -341,20 +368,20 @@ _INTRA: dict[str, tuple[type[_Params], Callable[[Any, _Builder], list[str]]]] = 
 
 
 class MultiNodeParams(_Params):
-    nodes: int = Field(4, ge=1)
+    nodes: RankCount = 4
     intra: Literal["nvswitch", "pcie_tree", "fully_connected", "dgx1"] = "nvswitch"
-    gpus_per_node: int = Field(8, ge=1, validate_default=True)
+    gpus_per_node: RankCount = Field(8, validate_default=True)
     intra_params: dict[str, Any] = Field(
         default_factory=dict,
         validate_default=True,
         description="parameters of the intra-node generator (its own defaults otherwise), minus gpus",
     )
     # One 200 Gb/s HDR InfiniBand NIC per GPU = 25 GB/s per direction (signalling rate).
-    nic_bandwidth_GBps: float = Field(25.0, gt=0)
-    nic_latency_us: float = Field(1.0, ge=0, description="each NIC <-> network-switch link")
-    nic_pcie_bandwidth_GBps: float = Field(31.5, gt=0, description="GPU <-> its NIC (GPUDirect RDMA), line rate "
-                                                                   "(PCIe 4.0 x16)")
-    nic_pcie_latency_us: float = Field(1.0, ge=0)
+    nic_bandwidth_GBps: BandwidthGBps = 25.0
+    nic_latency_us: Microseconds = Field(1.0, description="each NIC <-> network-switch link")
+    nic_pcie_bandwidth_GBps: BandwidthGBps = Field(31.5, description="GPU <-> its NIC (GPUDirect RDMA), line rate "
+                                                                     "(PCIe 4.0 x16)")
+    nic_pcie_latency_us: Microseconds = 1.0
     nics_per_node: int | None = Field(None, ge=1, le=64, description="NICs (rails) per node, each serving an "
                                                                      "equal share of the GPUs; default one per GPU")
 
@@ -397,8 +424,9 @@ def _multi_node(p: MultiNodeParams) -> dict:
     nodes: list[dict] = []
     links: list[dict] = []
     switch = "switch"
+    counts = {"ranks": 0, "nodes": 0, "links": 0}
     for n in range(p.nodes):
-        b = _Builder(prefix=f"n{n}.")
+        b = _Builder(prefix=f"n{n}.", counts=counts)
         gpus = build_intra(intra, b)
         hosts = [node["id"] for node in b.nodes if node["kind"] == "host"]
         nics = p.nics_per_node or len(gpus)
@@ -425,11 +453,11 @@ def _multi_node(p: MultiNodeParams) -> dict:
 
 
 class CpuHostParams(_Params):
-    ranks: int = Field(2, ge=1)
-    cores: int = Field(2, ge=1)
+    ranks: RankCount = 2
+    cores: Count = 2
     # Placeholders: a calibration profile measured on the machine overrides both.
-    bandwidth_GBps: float = Field(5.0, gt=0, description="each rank <-> host loopback, per direction")
-    latency_us: float = Field(20.0, ge=0)
+    bandwidth_GBps: BandwidthGBps = Field(5.0, description="each rank <-> host loopback, per direction")
+    latency_us: Microseconds = 20.0
 
 
 def _cpu_host(p: CpuHostParams) -> dict:

@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from pydantic import Field
 
-from gansim.core.config import StorageSpec, Strict, parse
+from gansim.core.config import Count, RankCount, StorageSpec, Strict, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
 from gansim.core.units import HOUR
@@ -23,6 +23,8 @@ from gansim.topology.graph import Topology, topology_from_dict
 
 T = TypeVar("T")
 
+Watts = Annotated[float, Field(gt=0, le=1e6)]
+UsdPerHour = Annotated[float, Field(ge=0, le=1e6)]
 
 
 class Interconnect(Strict):
@@ -37,14 +39,14 @@ class PlatformSpec(Strict):
     region: str = ""
     kind: Literal["public", "private", "local"] = "public"
     description: str = ""
-    gpus: int = Field(ge=1)  # rank devices (GPUs, or CPU ranks of a pod)
+    gpus: RankCount  # rank devices (GPUs, or CPU ranks of a pod)
     device: Literal["gpu", "cpu"] = "gpu"
     device_model: str = ""
-    vcpus: int | None = Field(default=None, ge=1)
-    gpu_power_W: float | None = Field(default=None, gt=0)
-    host_power_W: float | None = Field(default=None, gt=0)
-    on_demand_usd_per_hour: float | None = Field(default=None, ge=0)
-    spot_usd_per_hour: float | None = Field(default=None, ge=0)
+    vcpus: Count | None = None
+    gpu_power_W: Watts | None = None
+    host_power_W: Watts | None = None
+    on_demand_usd_per_hour: UsdPerHour | None = None
+    spot_usd_per_hour: UsdPerHour | None = None
     prices_as_of: str = ""
     interconnect: Interconnect
 

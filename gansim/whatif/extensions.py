@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
+from gansim.core import limits
 from gansim.core.config import Scenario
 from gansim.core.errors import UserInputError
 from gansim.core.units import HOUR
@@ -24,7 +26,7 @@ from gansim.whatif.catalog import get_platform, run_cost
 from gansim.whatif.elastic import simulate_elastic
 from gansim.whatif.plan import plan
 from gansim.whatif.storage import resolve_storage
-from gansim.whatif.whole_run import whole_run
+from gansim.whatif.whole_run import run_segments, whole_run
 
 
 # ----------------------------------------------------------------------------- per run
@@ -81,6 +83,9 @@ def check_scenario(loaded: LoadedScenario) -> None:
                 raise UserInputError(f"platform {scenario.platform!r} has no spot price in the catalog; use "
                                      "pricing: on_demand", source=src, field=swept("pricing"))
         resolve_storage(scenario.storage, source=src, field=swept("storage"))
+        if scenario.run is not None:  # the 1-GPU baseline takes the most steps
+            limits.SEGMENTS.check(run_segments(scenario, 1), source=src,
+                                  field="checkpoint.every_steps" if scenario.checkpoint else "run.epochs")
     if s.plan is not None:
         for name in s.plan.platforms:
             get_platform(name, source=src, field="plan.platforms")
@@ -89,10 +94,19 @@ def check_scenario(loaded: LoadedScenario) -> None:
             if hours is not None and hours <= 0:
                 raise UserInputError("the deadline is in the past", source=src, field="plan.deadline")
     if s.elastic is not None:
+        assert s.run is not None  # the config requires it
+        limits.SEGMENTS.check(math.ceil(s.run.epochs), source=src, field="run.epochs")
         topo = loaded.topology()
         if s.elastic.max_gpus > len(topo.ranks):
             raise UserInputError(f"max_gpus {s.elastic.max_gpus} but topology {topo.name!r} has {len(topo.ranks)}",
                                  source=src, field="elastic.max_gpus")
+        fixed = s.elastic.fixed_gpus or s.elastic.max_gpus
+        for name, gpus in (("fixed_gpus", fixed), ("start_gpus", s.elastic.start_gpus or fixed)):
+            memory = memory_report(s, topo, gpus)
+            if memory["fits"] is False:
+                raise UserInputError(f"{gpus} GPUs do not fit in memory ({memory['memory_peak_GB']:.2f} GB of "
+                                     f"{memory['memory_capacity_GB']:.2f} GB per GPU)", source=src,
+                                     field=f"elastic.{name}")
 
 
 def evaluate_scenario_extensions(loaded: LoadedScenario, *,

@@ -77,15 +77,23 @@ class RunModel:
         return self.startup_s + self.total_steps * self.step_s + writes * self.checkpoint_s
 
 
-def simulate_run(model: RunModel, seed: int, *, max_wall_factor: float = 1000.0) -> dict[str, Any]:
+def simulate_run(model: RunModel, seed: int, *, max_wall_factor: float = 1000.0,
+                 max_faults: int = 10_000) -> dict[str, Any]:
     """Play the run with seeded faults; returns time_to_train_s, goodput (useful step time /
     wall time), lost_work_s and the counts. A run that has not finished after
-    `max_wall_factor` times its fault-free time stops with finished=False."""
+    `max_wall_factor` times its fault-free time, or after `max_faults` faults (so frequent
+    that segments or restarts hardly ever complete), stops with finished=False."""
     env = simpy.Environment()
     failure_stream, preemption_stream = np.random.SeedSequence(seed).spawn(2)
     state = {"lost_work_s": 0.0, "restart_s": 0.0, "checkpoint_s": 0.0, "startup_s": 0.0, "useful_s": 0.0,
              "failures": 0, "preemptions": 0, "checkpoints": 0, "finished": True}
     cap = max_wall_factor * max(model.fault_free_s(), 1e-9)
+
+    def given_up() -> bool:
+        if env.now > cap or state["failures"] + state["preemptions"] > max_faults:
+            state["finished"] = False
+            return True
+        return False
 
     def count(cause: str) -> None:
         state["failures" if cause == "failure" else "preemptions"] += 1
@@ -98,8 +106,7 @@ def simulate_run(model: RunModel, seed: int, *, max_wall_factor: float = 1000.0)
         committed = 0
         startup = model.startup_s
         while committed < model.total_steps:
-            if env.now > cap:
-                state["finished"] = False
+            if given_up():
                 return
             seg = min(model.every_steps or model.total_steps, model.total_steps - committed)
             write = model.checkpoint_s if model.every_steps else 0.0
@@ -111,6 +118,8 @@ def simulate_run(model: RunModel, seed: int, *, max_wall_factor: float = 1000.0)
                 cause = fault.cause
                 count(cause)
                 while True:  # a fault during the restart starts the restart again
+                    if given_up():
+                        return
                     begun = env.now
                     try:
                         yield env.timeout(restart_cost(cause, committed))

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from gansim.prediction.scenario_profile import apply_profile
 from gansim.runner.point import PointHooks, TimelineDetails
-from gansim.runner.scenario import LoadedScenario, read_scenario
-from gansim.runner.sweep import ScenarioResult, run_requests, simulate_runs
+from gansim.runner.scenario import LoadedScenario, planned_runs, read_scenario
+from gansim.runner.sweep import ScenarioResult, simulate_runs
 from gansim.whatif.extensions import (
     check_scenario,
     evaluate_run_extensions,
@@ -35,7 +35,7 @@ def study_hooks(details: TimelineDetails | None = None) -> PointHooks:
 
 def count_runs(loaded: LoadedScenario) -> int:
     """How many points a scenario simulates, 1-GPU baselines included."""
-    return len(run_requests(loaded))
+    return planned_runs(loaded.scenario)
 
 
 def run_scenario(loaded: LoadedScenario, executor: Executor | None = None,

@@ -36,6 +36,20 @@ def instances_of(topology: Topology, gpus: int) -> int:
     return len({machine[n] for n in topology.ranks[:gpus]})
 
 
+def run_steps(scenario: Scenario, gpus: int) -> tuple[int, int]:
+    """(steps per epoch, steps of the whole run) of the scenario's run at this GPU count."""
+    run = scenario.run
+    assert run is not None
+    steps_per_epoch = max(1, math.ceil(dataset_for(run).images / (scenario.batch_per_gpu(gpus) * gpus)))
+    return steps_per_epoch, max(1, math.ceil(run.epochs * steps_per_epoch))
+
+
+def run_segments(scenario: Scenario, gpus: int) -> int:
+    """How many segments (checkpoint intervals) the whole run is cut into at this GPU count."""
+    total = run_steps(scenario, gpus)[1]
+    return math.ceil(total / scenario.checkpoint.every_steps) if scenario.checkpoint else 1
+
+
 def whole_run(scenario: Scenario, topology: Topology, gpus: int, record: dict[str, Any], *,
               workload: Workload | None = None, source: str | None = None, with_preemption: bool = True,
               seed: int | None = None) -> dict[str, Any]:
@@ -46,8 +60,7 @@ def whole_run(scenario: Scenario, topology: Topology, gpus: int, record: dict[st
     workload = workload or scenario_workload(scenario, source=source)
     data = dataset_for(run)
     batch = scenario.batch_per_gpu(gpus) * gpus
-    steps_per_epoch = max(1, math.ceil(data.images / batch))
-    total_steps = max(1, math.ceil(run.epochs * steps_per_epoch))
+    steps_per_epoch, total_steps = run_steps(scenario, gpus)
     storage = resolve_storage(scenario.storage, source=source)
     file_bytes = data.file_bytes or (workload.architecture.sample_bytes if isinstance(workload, GanWorkload)
                                      and workload.architecture is not None else 0.0)
