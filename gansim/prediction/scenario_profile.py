@@ -89,10 +89,10 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str) -> Pr
     phases = workload.measured
     assert phases is not None
     targets = {}
-    for overrides, combination in loaded.combinations():
+    for _, combination in loaded.combinations():
         topology = loaded.topology(combination)
         targets[topology.name] = target_device(topology)
-    devices = {t for t in targets.values()}
+    devices = set(targets.values())
     if len(devices) > 1:
         raise UserInputError(f"the swept topologies {', '.join(sorted(targets))} have different rank devices; a "
                              "profile's compute is moved to one device, so sweep topologies of one kind",
