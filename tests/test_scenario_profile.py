@@ -119,3 +119,10 @@ def test_on_the_calibrated_machine_the_profile_gives_the_links_and_the_core_shar
                          sweep={"topology": ["calibrated", "cpu-host"]})
     with pytest.raises(Exception, match="cannot be swept with other topologies"):
         load_scenario(bad)
+
+
+def test_the_calibrated_machine_needs_a_profile(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "topology": "calibrated", "workload": "dcgan", "gpus": [1, 2]}))
+    line = run_bad(capsys, ["simulate", str(path), "--out", str(tmp_path / "o")])
+    assert "topology" in line and "profile: PATH" in line

@@ -57,6 +57,9 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
     names no profile)."""
     scenario = loaded.scenario
     if scenario.profile is None:
+        if any(combination.topology == CALIBRATED for _, combination in loaded.combinations()):
+            raise UserInputError(f"topology {CALIBRATED!r} is the machine a calibration profile was measured on; "
+                                 "name the profile with profile: PATH", source=loaded.source, field="topology")
         return loaded
     if "workload" in scenario.sweep:
         raise UserInputError("a scenario with a profile simulates the profile's workload; remove the workload "
