@@ -40,6 +40,13 @@ from gansim.runner.scenario import LoadedScenario
 CALIBRATED = "calibrated"
 
 
+def topology_names(scenario: Scenario) -> list[str]:
+    """Every topology the scenario runs on (its sweep axis, or the one it names), read off
+    the axis rather than from the sweep's combinations, which may number millions before
+    the run limit refuses them."""
+    return list(scenario.sweep.get("topology", [scenario.topology]))
+
+
 def profile_path(loaded: LoadedScenario) -> Path:
     """The profile file a scenario names, relative to the scenario's folder."""
     assert loaded.scenario.profile is not None
@@ -57,7 +64,7 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
     names no profile)."""
     scenario = loaded.scenario
     if scenario.profile is None:
-        if any(combination.topology == CALIBRATED for _, combination in loaded.combinations()):
+        if CALIBRATED in topology_names(scenario):
             raise UserInputError(f"topology {CALIBRATED!r} is the machine a calibration profile was measured on; "
                                  "name the profile with profile: PATH", source=loaded.source, field="topology")
         return loaded
@@ -66,7 +73,7 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
                              "sweep axis or the profile", source=loaded.source, field="sweep.workload")
     path = profile_path(loaded)
     profile = load_profile(path)
-    topologies = {combination.topology for _, combination in loaded.combinations()}
+    topologies = set(topology_names(scenario))
     sharing: dict[int, float] = {}
     if CALIBRATED in topologies:
         if len(topologies) > 1:
@@ -92,8 +99,8 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str) -> Pr
     phases = workload.measured
     assert phases is not None
     targets = {}
-    for _, combination in loaded.combinations():
-        topology = loaded.topology(combination)
+    for name in topology_names(loaded.scenario):
+        topology = loaded.topology(loaded.scenario.model_copy(update={"topology": name}))
         targets[topology.name] = target_device(topology)
     devices = set(targets.values())
     if len(devices) > 1:
