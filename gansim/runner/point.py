@@ -118,7 +118,7 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
     if isinstance(workload, GanWorkload) and phases is None:
         tflops = [topo.nodes[n].tflops for n in topo.ranks[:gpus]]
         device = None if any(t is None for t in tflops) else min(tflops)  # type: ignore[type-var]
-        phases = workload.phases(batch, device, s.options, source=source, ranks=gpus)
+        phases = workload.phases(batch, device, s.options, source=source)
     timeline = simulate(make_cluster, workload, phases, point, s.options.gamma_s_per_byte,
                         keep_transfers=keep_transfers)
     if on_timeline is not None:

@@ -236,29 +236,33 @@ class GanWorkload:
     pad_per_rank: bool = False
 
     def at_ranks(self, ranks: int) -> "GanWorkload":
-        """The workload as simulated on `ranks` ranks. A calibration profile's (pad_per_rank)
+        """The workload as simulated on `ranks` ranks. Measured on a machine whose ranks share
+        its cores (core_sharing), each phase is slowed by the factor at that rank count. A
+        calibration profile's (pad_per_rank)
         has every gradient tensor padded to a whole number of elements per rank: a ring cuts
         each buffer into `ranks` pieces; pieces one element apart end a nanosecond apart, the
         ranks drift out of step, and the flow simulation then pays an event per rank and
         ring step instead of one per step: minutes instead of seconds at a few hundred
         ranks. Padding adds fewer than `ranks` elements per tensor (the paper's MLP GAN at
         256 ranks: 0.04 % more bytes)."""
+        workload = self
+        factor = dict(self.core_sharing).get(ranks, 1.0)
+        if factor != 1.0 and self.measured is not None:
+            workload = replace(workload, measured=self.measured.slowed(factor), core_sharing=())
         if not self.pad_per_rank or ranks <= 1:
-            return self
+            return workload
 
         def up(tensors: tuple[int, ...]) -> tuple[int, ...]:
             return tuple(-(-t // ranks) * ranks for t in tensors)
 
         d_tensors, g_tensors = up(self.d_param_tensors), up(self.g_param_tensors)
-        return replace(self, d_param_tensors=d_tensors, g_param_tensors=g_tensors, d_params=sum(d_tensors),
+        return replace(workload, d_param_tensors=d_tensors, g_param_tensors=g_tensors, d_params=sum(d_tensors),
                        g_params=sum(g_tensors))
 
     def phases(self, batch: float, device_tflops: float | None, options: TrainingOptions,
-               *, source: str | None = None, ranks: int = 1) -> StepPhases:
+               *, source: str | None = None) -> StepPhases:
         if self.measured is not None:
-            phases = self.measured.at_batch(batch)
-            factor = dict(self.core_sharing).get(ranks, 1.0)
-            return phases.slowed(factor) if factor != 1.0 else phases
+            return self.measured.at_batch(batch)
         assert self.architecture is not None
         if device_tflops is None:
             raise UserInputError(
