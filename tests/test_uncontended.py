@@ -8,7 +8,7 @@ import pytest
 
 from gansim.collectives import uncontended
 from gansim.core.config import Scenario, TrainingOptions
-from gansim.network.engine import DELAY
+from gansim.network.engine import ran_alone
 from gansim.runner.point import simulate_point
 from gansim.topology.graph import topology_from_dict
 
@@ -201,7 +201,7 @@ def run_private(monkeypatch, topology: str, delays: bool, workload=GAN, **option
                         options=TrainingOptions(**options))
     timed = []
     record = simulate_point(scenario, topo, gpus, "ring", on_timeline=lambda tl: timed.append(
-        int(((tl.graph.kind == DELAY) & (tl.graph.route >= 0)).sum())))
+        int(ran_alone(tl.graph.kind, tl.graph.route).sum())))
     return record, timed[0]
 
 

@@ -26,6 +26,11 @@ FLOW = 0
 DELAY = 1
 SOLVED = 2
 
+def ran_alone(kind: np.ndarray, route: np.ndarray) -> np.ndarray:
+    """Which tasks are delays with a route: work that ran alone on that route's resource."""
+    return (kind == DELAY) & (route >= 0)
+
+
 # solve(now, end) -> the end time of each of its tasks, from the end times of the tasks
 # that ended so far (`end`, NaN for the others)
 Solver = Callable[[float, np.ndarray], np.ndarray]

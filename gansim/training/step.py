@@ -25,6 +25,7 @@ from gansim.network.engine import (
     FrozenGraph,
     TaskGraph,
     execute,
+    ran_alone,
 )
 from gansim.training.memory import (
     bytes_per_gradient_element,
@@ -66,7 +67,7 @@ class RunTimeline:
         """Work every resource carried over the run (bytes on links, seconds on compute):
         its flows on the flow network, and the transfers of collectives played without it."""
         g = self.graph
-        flows = (g.kind == FLOW) | ((g.kind == DELAY) & (g.route >= 0))
+        flows = (g.kind == FLOW) | ran_alone(g.kind, g.route)
         routes, amounts = [g.route[flows]], [g.amount[flows]]
         for span in self.spans:
             if span.play is not None:
@@ -225,8 +226,9 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     """Build and play the run. `cluster_factory(env)` makes the machine in a fresh env.
     Large all-reduces that nothing contends with are played without the flow network
     (gansim/collectives/uncontended.py), keeping their first `keep_transfers` transfers for
-    the details; if, after the run, something turns out to have shared their links, the run
-    is played again with every transfer on the flow network."""
+    the details; from UNCONTENDED_MIN_RANKS GPU ranks, compute phases alone on their GPU are
+    delays. If, after the run, something turns out to have shared a play's links, or two
+    such phases met on one GPU, the run is played again wholly on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold)
     plays = [span.play for span in timeline.spans if span.play is not None]
@@ -244,7 +246,7 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
 def _private_overlapped(g: FrozenGraph, ex: Execution) -> bool:
     """Whether two phases timed as delays on one private resource ran at once (they would
     have shared it)."""
-    timed = np.flatnonzero((g.kind == DELAY) & (g.route >= 0))
+    timed = np.flatnonzero(ran_alone(g.kind, g.route))
     if timed.size < 2:
         return False
     order = timed[np.lexsort((ex.start[timed], g.route[timed]))]
