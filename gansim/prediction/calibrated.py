@@ -148,12 +148,7 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
                                  f"{profile.provenance.device!r}; allowed: a topology of GPUs", field="--topology")
         source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
         phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
-    bucket_MiB, first_bucket_MiB = bucket_caps_MiB(profile)
-    ddp = profile.provenance.mode == "ddp"
-    options = TrainingOptions(
-        overlap=ddp, broadcast_buffers=ddp, compute_cv=profile.fit.compute_cv, bucket_MiB=bucket_MiB,
-        first_bucket_MiB=first_bucket_MiB, gamma_s_per_byte=profile.fit.gamma_s_per_byte,
-    )
+    options = TrainingOptions(**profile_options(profile))
     records: dict[int, dict[str, Any]] = {}
     for w in sizes:
         # ranks on GPUs of their own share no cores
@@ -166,6 +161,15 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
     t1 = records[1]["step_time_s"]
     return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w], scaled_from)
             for w in sorted(set(world_sizes))]
+
+
+def profile_options(profile: Profile) -> dict[str, Any]:
+    """The training-loop figures a profile measured: DDP's overlap and buffer broadcast (a
+    ddp profile), its bucket caps, the ranks' compute variability, the reduction cost."""
+    ddp = profile.provenance.mode == "ddp"
+    bucket_MiB, first_bucket_MiB = bucket_caps_MiB(profile)
+    return {"overlap": ddp, "broadcast_buffers": ddp, "bucket_MiB": bucket_MiB, "first_bucket_MiB": first_bucket_MiB,
+            "compute_cv": profile.fit.compute_cv, "gamma_s_per_byte": profile.fit.gamma_s_per_byte}
 
 
 def predicted_steps(ranks: int) -> int:

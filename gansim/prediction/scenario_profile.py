@@ -26,7 +26,7 @@ from gansim.calibration.profile import Profile, load_profile
 from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse, validation_error
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import (
-    bucket_caps_MiB,
+    profile_options,
     profile_topology,
     profile_workload,
     sharing_factor,
@@ -128,11 +128,3 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str) -> Pr
         d_param_tensors=list(workload.d_param_tensors), g_param_tensors=list(workload.g_param_tensors),
         d_buffer_bytes=workload.d_buffer_bytes, g_buffer_bytes=workload.g_buffer_bytes,
     )
-
-
-def profile_options(profile: Profile) -> dict[str, object]:
-    """The training-loop figures a profile measured (a scenario's own options win)."""
-    ddp = profile.provenance.mode == "ddp"
-    bucket_MiB, first_bucket_MiB = bucket_caps_MiB(profile)
-    return {"overlap": ddp, "broadcast_buffers": ddp, "bucket_MiB": bucket_MiB, "first_bucket_MiB": first_bucket_MiB,
-            "compute_cv": profile.fit.compute_cv, "gamma_s_per_byte": profile.fit.gamma_s_per_byte}
