@@ -148,6 +148,35 @@ def test_overlap_with_an_outside_flow_or_another_play_is_found():
     assert not uncontended.contended([play, _Spans([4], [2.0], [3.0])], *no_flows)
 
 
+def test_work_timed_as_alone_must_not_meet_anything_on_its_resources():
+    no_flows = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+
+    def alone(res, lo, hi):
+        return np.array(res), np.array(lo, dtype=float), np.array(hi, dtype=float)
+
+    # one after another on a resource (touching), or at once on different ones: fine
+    assert not uncontended.contended([], *no_flows, *alone([3, 3, 4], [0.0, 1.0, 0.5], [1.0, 2.0, 1.5]))
+    # two at once on one resource, or one beside a flow or a play: they would have shared it
+    assert uncontended.contended([], *no_flows, *alone([3, 3], [0.0, 0.9], [1.0, 2.0]))
+    assert uncontended.contended([], np.array([3]), np.array([0.5]), np.array([0.6]), *alone([3], [0.0], [1.0]))
+    assert uncontended.contended([_Spans([3], [1.5], [3.0])], *no_flows, *alone([3], [1.0], [2.0]))
+    assert not uncontended.contended([_Spans([3], [2.0], [3.0])], *no_flows, *alone([3], [1.0], [2.0]))
+
+
+def test_input_pipelines_are_private_only_where_their_host_has_a_core_for_each():
+    import simpy
+
+    from gansim.network.cluster import Cluster
+
+    def cluster(cores: int) -> Cluster:
+        topo = topology_from_dict({"name": "m", "generator": "multi_node", "params": {
+            "nodes": 2, "gpus_per_node": 4, "intra": "nvswitch", "intra_params": {"host_cores": cores}}}, "test")
+        return Cluster(topo, 8, simpy.Environment())
+
+    assert cluster(4).private_loader and len(cluster(4).idle_pools) == 2
+    assert not cluster(3).private_loader and not cluster(3).idle_pools
+
+
 def test_a_run_whose_played_links_something_else_used_is_played_again_on_the_flow_network(monkeypatch):
     """On PCIe switches of two GPUs, a ring's hop between switches crosses the host's link
     to the next switch, which that switch's GPUs' host-to-device copies also use; with no

@@ -266,11 +266,7 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
         src, dst, slot_of = step.src, step.dst, np.arange(pair.size)
     route = cluster.pair_routes(participants, src, dst)
     net = cluster.network
-    flow, res = net.route_pairs(route)
-    weight = net.route_pair_weights(route)
-    # what the flow network gives a flow alone on its route: the least capacity / weight
-    rate = np.full(route.size, np.inf)
-    np.minimum.at(rate, flow, net.capacity[res] if weight is None else net.capacity[res] / weight)
+    rate = net.alone_rate(route)
     takes_part = np.union1d(src, dst)
     full = (takes_part.size == n_part and np.unique(src).size == n_part and np.unique(dst).size == n_part)
     send_slot = recv_slot = None
@@ -336,14 +332,21 @@ class _Recorder:
 
 
 def contended(plays: list[UncontendedPlay], flow_resources: np.ndarray, flow_start: np.ndarray,
-              flow_end: np.ndarray) -> bool:
+              flow_end: np.ndarray, alone_resources: np.ndarray | None = None, alone_start: np.ndarray | None = None,
+              alone_end: np.ndarray | None = None) -> bool:
     """Whether any play shared a resource, at the same time, with another play or with a
-    flow of the flow network (given as one row per (flow, resource it crossed)); or left
-    a rank before the last joined."""
+    flow of the flow network (given as one row per (flow, resource it crossed)); or left a
+    rank before the last joined. Rows of `alone_*` (one per resource each crossed) are work
+    timed as if alone on its resources, held to the same rule as plays."""
     if any(play.early_exit for play in plays):
         return True
     res_parts, lo_parts, hi_parts, owner_parts = [flow_resources], [flow_start], [flow_end], [
         np.full(flow_resources.size, -1)]
+    if alone_resources is not None:
+        res_parts.append(alone_resources)
+        lo_parts.append(alone_start)
+        hi_parts.append(alone_end)
+        owner_parts.append(np.full(alone_resources.size, len(plays)))
     for i, play in enumerate(plays):
         res, lo, hi = play.resource_spans()
         res_parts.append(res)
@@ -353,7 +356,7 @@ def contended(plays: list[UncontendedPlay], flow_resources: np.ndarray, flow_sta
     res, lo, hi, owner = (np.concatenate(x) for x in (res_parts, lo_parts, hi_parts, owner_parts))
     played = np.zeros(int(res.max()) + 1 if res.size else 0, dtype=bool)
     played[res[owner >= 0]] = True
-    keep = played[res]  # only resources some play used matter
+    keep = played[res]  # only resources something timed alone used matter
     res, lo, hi, owner = res[keep], lo[keep], hi[keep], owner[keep]
     if res.size < 2:
         return False

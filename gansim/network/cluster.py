@@ -108,7 +108,10 @@ class Cluster:
         # only that rank's own phases use (GPU ranks without a host core pool: made above, one
         # per rank), so that a phase running alone on it takes exactly its seconds.
         self.private_compute = all(len(route) == 1 and capacity[route[0]] == 1.0 for route in compute_routes)
-        self.private_loader = all(len(route) == 1 and capacity[route[0]] == 1.0 for route in loader_routes)
+        self.idle_pools = _idle_pools(compute_routes, loader_routes, capacity)
+        # likewise the input pipelines, where their only other resource is a pool they cannot fill
+        self.private_loader = all(capacity[route[0]] == 1.0 and set(route[1:]) <= self.idle_pools
+                                  for route in loader_routes)
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self._node_routes: dict[tuple[str, str], int] = {}
         self._h2d_routes: np.ndarray | None = None
@@ -200,6 +203,15 @@ class Cluster:
         host = self.topology.host_of.get(node)
         return self.node_route(host, node) if host is not None else -1
 
+    def private_h2d(self) -> bool:
+        """Whether every rank has a host-to-device route and no two ranks' routes share a
+        resource (a copy can then meet only other traffic, never another rank's copy)."""
+        routes = self.h2d_routes()
+        if routes.size == 0 or (routes < 0).any():
+            return False
+        _, res = self.network.route_pairs(routes)
+        return bool(np.unique(res).size == res.size)
+
     def h2d_routes(self) -> np.ndarray:
         """Every rank's host-to-device route (-1 where a rank has no host)."""
         if self._h2d_routes is None:
@@ -219,3 +231,17 @@ class Cluster:
         for r, node in enumerate(self.rank_nodes):
             out.setdefault(machine[node], []).append(r)
         return list(out.values())
+
+
+def _idle_pools(compute_routes: list[list[int]], loader_routes: list[list[int]], capacity: list[float]) -> set[int]:
+    """Host core pools their work can never fill: only GPU ranks' input pipelines use them, each
+    held to one core by its own resource of capacity 1 (its first), and there are no more of
+    them than the pool has cores, so every one runs at one core whatever the others do."""
+    busy = {res for route in compute_routes for res in route}
+    loaders: dict[int, int] = {}
+    for route in loader_routes:
+        if capacity[route[0]] != 1.0:
+            return set()
+        for res in route[1:]:
+            loaders[res] = loaders.get(res, 0) + 1
+    return {res for res, count in loaders.items() if res not in busy and count <= capacity[res]}

@@ -3,12 +3,17 @@
 Every piece of a simulated step is a task: a *flow* (bytes over a route, or seconds of
 work on a compute resource, both shared max-min fairly by `FlowNetwork`), a *delay*
 (fixed time, e.g. a local reduction or a host overhead; one with a route is work that ran
-alone on that route's resource, which then carried its amount) or a *solved* task, whose end
-is computed when it starts by the function it was added with (a whole collective timed
-without the flow network, gansim/collectives/uncontended.py). A task starts when all of its
-predecessors have ended. Tasks that become ready at the same instant are dispatched
-together, so a symmetric step of many ranks costs a handful of numpy calls, not one
-Python event per rank."""
+alone on that route, which then carried its amount, and takes what a flow alone on it
+would: the route's latency, then the amount at its slowest resource's rate) or a *solved*
+task, whose end is computed when it starts by the function it was added with (a whole
+collective timed without the flow network, gansim/collectives/uncontended.py). A task
+starts when all of its predecessors have ended. Tasks that become ready at the same instant
+are dispatched together, so a symmetric step of many ranks costs a handful of numpy calls,
+not one Python event per rank.
+
+A graph without flows shares nothing: nothing a task does changes when another ends, so
+it is timed without events, in waves (every task whose predecessors have all been timed,
+whatever the instant), with the same sums the events would add."""
 
 from __future__ import annotations
 
@@ -31,8 +36,8 @@ def ran_alone(kind: np.ndarray, route: np.ndarray) -> np.ndarray:
     return (kind == DELAY) & (route >= 0)
 
 
-# solve(now, end) -> the end time of each of its tasks, from the end times of the tasks
-# that ended so far (`end`, NaN for the others)
+# solve(now, end) -> the end time of each of its tasks, from the end times of its tasks'
+# predecessors (`end`, which holds at least those)
 Solver = Callable[[float, np.ndarray], np.ndarray]
 
 # what a task's time counts as in a rank's breakdown
@@ -171,23 +176,52 @@ class Execution:
     start: np.ndarray  # seconds, per task
     end: np.ndarray
     makespan: float
-    events: int  # SimPy events processed
+    events: int  # batches of tasks processed: SimPy events, or waves when the graph has no flows
 
 
-def _successors(graph: FrozenGraph, nodes: np.ndarray) -> np.ndarray:
-    rows = graph.narrow_succ[nodes].ravel()
-    found = rows[rows >= 0]
+def _successors(graph: FrozenGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every dependency out of `nodes`: (the node it leaves, the successor it enters)."""
+    rows = graph.narrow_succ[nodes]
+    has = rows >= 0
+    found = rows[has]
+    found_from = np.broadcast_to(nodes[:, None], rows.shape)[has]
     wide = nodes[graph.wide[nodes]]
     if not wide.size:
-        return found
+        return found_from, found
     starts = graph.succ_ptr[wide]
     lengths = graph.succ_ptr[wide + 1] - starts
     offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.concatenate([found, graph.succ[np.repeat(starts, lengths) + offsets]])
+    return (np.concatenate([found_from, np.repeat(wide, lengths)]),
+            np.concatenate([found, graph.succ[np.repeat(starts, lengths) + offsets]]))
+
+
+def _durations(graph: FrozenGraph, network: FlowNetwork) -> np.ndarray:
+    """Every delay's duration: its amount, or for one that ran alone on a route, the time a
+    flow of its amount alone on that route takes (its amount again on a route of no
+    latency and capacity 1, such as a GPU's compute)."""
+    duration = graph.amount.copy()
+    alone = np.flatnonzero(ran_alone(graph.kind, graph.route))
+    if alone.size:
+        duration[alone] = network.alone_seconds(graph.route[alone], graph.amount[alone])
+    return duration
+
+
+def _solve(graph: FrozenGraph, tasks: np.ndarray, now: float, end: np.ndarray) -> np.ndarray:
+    """Durations of solved tasks started now (never negative: a solver that finds one of
+    its tasks ending before it started says so itself)."""
+    out = np.zeros(tasks.size)
+    for first, count, solver in graph.solved:
+        mine = (tasks >= first) & (tasks < first + count)
+        if mine.any():
+            out[mine] = np.maximum(solver(now, end)[tasks[mine] - first] - now, 0.0)
+    return out
 
 
 def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) -> Execution:
     """Run every task of the graph; return when and how long each ran."""
+    duration = _durations(graph, network)
+    if not bool((graph.kind == FLOW).any()):
+        return _execute_waves(graph, duration, env.now)
     n = graph.size
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
@@ -204,11 +238,10 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             delays = ready[~is_flow]
             if not delays.size:
                 break
-            durations = graph.amount[delays]
+            durations = duration[delays]
             solved = graph.kind[delays] == SOLVED
             if solved.any():
-                durations = durations.copy()
-                durations[solved] = solve(delays[solved], now)
+                durations[solved] = _solve(graph, delays[solved], now, end)
             instant = delays[durations <= 0.0]
             timed = delays[durations > 0.0]
             if timed.size:
@@ -221,18 +254,8 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             ready = release(instant)
         network.flush()
 
-    def solve(tasks: np.ndarray, now: float) -> np.ndarray:
-        """Durations of solved tasks started now (never negative: a solver that finds one of
-        its tasks ending before it started says so itself)."""
-        out = np.zeros(tasks.size)
-        for first, count, solver in graph.solved:
-            mine = (tasks >= first) & (tasks < first + count)
-            if mine.any():
-                out[mine] = np.maximum(solver(now, end)[tasks[mine] - first] - now, 0.0)
-        return out
-
     def release(done: np.ndarray) -> np.ndarray:
-        succ = _successors(graph, done)
+        _, succ = _successors(graph, done)
         if not succ.size:
             return succ
         np.subtract.at(waiting, succ, 1)
@@ -250,6 +273,46 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
         except simpy.core.EmptySchedule:
             break
         events += 1
+    return _finished(start, end, events)
+
+
+def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Execution:
+    """execute() for a graph without flows. Each wave times every task whose predecessors
+    have all been timed: it starts when the last of them ended (as the event that ended it
+    would have started it) and ends its duration later (as a timeout would have: start +
+    duration), so the figures are those of the events to the last digit."""
+    n = graph.size
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    ready_at = np.full(n, float(now))
+    waiting = graph.indegree.copy()
+    wave = np.flatnonzero(waiting == 0)
+    waves = 0
+    while wave.size:
+        waves += 1
+        at = ready_at[wave]
+        start[wave] = at
+        durations = duration[wave]
+        solved = graph.kind[wave] == SOLVED
+        if solved.any():
+            tasks, their_start = wave[solved], at[solved]
+            solved_durations = np.empty(tasks.size)
+            for instant in distinct(their_start):
+                same = their_start == instant
+                solved_durations[same] = _solve(graph, tasks[same], float(instant), end)
+            durations[solved] = solved_durations
+        end[wave] = np.where(durations > 0.0, at + durations, at)
+        before, succ = _successors(graph, wave)
+        if not succ.size:
+            break
+        np.maximum.at(ready_at, succ, end[before])
+        np.subtract.at(waiting, succ, 1)
+        wave = distinct(succ[waiting[succ] == 0])
+    return _finished(start, end, waves)
+
+
+def _finished(start: np.ndarray, end: np.ndarray, events: int) -> Execution:
+    n = end.size
     if np.isnan(end).any():
         stuck = int(np.isnan(end).sum())
         raise SimulationError(f"{stuck} of {n} tasks never ran: the task graph has a cycle or a lost event")

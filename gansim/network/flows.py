@@ -182,6 +182,20 @@ class FlowNetwork:
         self._sync_routes()
         return self._route_lat[routes]
 
+    def alone_rate(self, routes: np.ndarray) -> np.ndarray:
+        """What a flow alone on each route moves per second: its resources' least capacity
+        over the route's weight on it (inf for an empty route)."""
+        flow, res = self.route_pairs(routes)
+        weight = self.route_pair_weights(routes)
+        rate = np.full(routes.size, np.inf)
+        np.minimum.at(rate, flow, self.capacity[res] if weight is None else self.capacity[res] / weight)
+        return rate
+
+    def alone_seconds(self, routes: np.ndarray, amounts: np.ndarray) -> np.ndarray:
+        """How long a flow of each amount takes alone on its route: the route's latency, then
+        the amount at the route's alone rate."""
+        return self.route_latency(routes) + amounts / self.alone_rate(routes)
+
     # -- flows
     def start(self, tags: np.ndarray, routes: np.ndarray, amounts: np.ndarray) -> None:
         """Start flows now: each first waits its route's latency, then moves its amount.

@@ -105,14 +105,15 @@ class StepBuilder:
         bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
-        # Large runs of GPU ranks time each compute (and input) phase as a delay instead of a
-        # flow alone on the rank's own resource (simulate() checks afterwards that no two
-        # phases overlapped on one resource, and plays the run on the flow network again if
-        # they did).
+        # Large runs of GPU ranks time each compute phase, input phase and host-to-device
+        # copy as a delay instead of a flow alone on the rank's own resources (simulate()
+        # checks afterwards that nothing else used those resources at the same time, and
+        # plays the run on the flow network again if something did).
         large = (comm.uncontended_min_transfers is not None
                  and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS)
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
+        self.h2d_kind = DELAY if large and cluster.private_h2d() else FLOW
 
     def variability(self) -> np.ndarray | float:
         """Per-rank factors of one compute phase (lognormal, mean 1, cv compute_cv). One rank
@@ -197,7 +198,7 @@ class StepBuilder:
         graph.depend(after, prep)
         h2d_routes = cluster.h2d_routes()
         if (h2d_routes >= 0).all() and phases.sample_bytes > 0:
-            copy = graph.add(FLOW, h2d_routes, phases.sample_bytes * phases.batch, self.ranks, DATA,
+            copy = graph.add(self.h2d_kind, h2d_routes, phases.sample_bytes * phases.batch, self.ranks, DATA,
                              "data: host-to-device")
             graph.depend(prep, copy)
             after = copy
@@ -226,32 +227,37 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     """Build and play the run. `cluster_factory(env)` makes the machine in a fresh env.
     Large all-reduces that nothing contends with are played without the flow network
     (gansim/collectives/uncontended.py), keeping their first `keep_transfers` transfers for
-    the details; from UNCONTENDED_MIN_RANKS GPU ranks, compute phases alone on their GPU are
-    delays. If, after the run, something turns out to have shared a play's links, or two
-    such phases met on one GPU, the run is played again wholly on the flow network."""
+    the details; from UNCONTENDED_MIN_RANKS GPU ranks, compute phases, input phases and
+    host-to-device copies alone on their resources are delays. If, after the run, something
+    turns out to have shared a play's resources or such a delay's, the run is played again
+    wholly on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold)
-    plays = [span.play for span in timeline.spans if span.play is not None]
-    g, ex = timeline.graph, timeline.execution
-    contended = False
-    if plays:
-        flows = np.flatnonzero(g.kind == FLOW)
-        row, resource = timeline.cluster.network.route_pairs(g.route[flows])
-        contended = uncontended_plays.contended(plays, resource, ex.start[flows][row], ex.end[flows][row])
-    if contended or _private_overlapped(g, ex):
+    if _shared_what_ran_alone(timeline):
         timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None)
     return timeline
 
 
-def _private_overlapped(g: FrozenGraph, ex: Execution) -> bool:
-    """Whether two phases timed as delays on one private resource ran at once (they would
-    have shared it)."""
-    timed = np.flatnonzero(ran_alone(g.kind, g.route))
-    if timed.size < 2:
+def _shared_what_ran_alone(timeline: RunTimeline) -> bool:
+    """Whether a play, or a delay timed as running alone on its route, shared a resource at
+    the same time with anything else (a flow, a play, another such delay); host core pools
+    that cannot bind (Cluster.idle_pools) are no one's to share."""
+    g, ex = timeline.graph, timeline.execution
+    plays = [span.play for span in timeline.spans if span.play is not None]
+    alone = np.flatnonzero(ran_alone(g.kind, g.route))
+    if not plays and alone.size < 2:
         return False
-    order = timed[np.lexsort((ex.start[timed], g.route[timed]))]
-    same_route = g.route[order[1:]] == g.route[order[:-1]]
-    return bool((same_route & (ex.start[order[1:]] < ex.end[order[:-1]])).any())
+    network = timeline.cluster.network
+    flows = np.flatnonzero(g.kind == FLOW)
+    flow_row, flow_resource = network.route_pairs(g.route[flows])
+    alone_row, alone_resource = network.route_pairs(g.route[alone])
+    idle = np.zeros(network.capacity.size, dtype=bool)
+    idle[list(timeline.cluster.idle_pools)] = True
+    keep = ~idle[alone_resource]
+    alone_row, alone_resource = alone_row[keep], alone_resource[keep]
+    return uncontended_plays.contended(
+        plays, flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row],
+        alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
 
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,

@@ -1,0 +1,106 @@
+"""The task-graph engine (gansim/network/engine.py): a graph without flows is timed in waves,
+with the very sums the events would add; delays that ran alone on a route take what a flow
+alone on it takes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from gansim.network.engine import COMPUTE, DELAY, FLOW, SOLVED, TaskGraph, execute
+from gansim.network.flows import FlowNetwork
+
+CAPACITY = np.array([1.0, 12.5e9, 25e9, 1.0])  # a GPU's compute, two links, a spare resource
+
+
+def network(env: simpy.Environment) -> FlowNetwork:
+    net = FlowNetwork(env, CAPACITY, ["gpu", "link-a", "link-b", "spare"])
+    net.add_route(np.array([0]), 0.0)  # route 0: the GPU, no latency
+    net.add_route(np.array([1, 2]), 3e-6)  # route 1: two links, 3 us
+    net.add_route(np.array([3]), 0.0)  # route 2: a resource nothing else uses
+    return net
+
+
+def random_graph(seed: int, tasks: int = 400, with_flow: bool = False) -> tuple[TaskGraph, list]:
+    """Delays (some of no time, some alone on a route) and solved tasks, each depending on
+    up to three earlier ones; returns the graph and, per task, (kind, route, amount, preds)."""
+    rng = np.random.default_rng(seed)
+    graph = TaskGraph()
+    spec = []
+    for i in range(tasks):
+        preds = sorted(set(rng.integers(0, i, size=rng.integers(0, 4)).tolist())) if i else []
+        roll = rng.random()
+        if roll < 0.2:
+            kind, route, amount = DELAY, -1, 0.0
+        elif roll < 0.5:
+            kind, route, amount = DELAY, 0, float(rng.exponential(1e-3))  # GPU work, seconds
+        elif roll < 0.7:
+            kind, route, amount = DELAY, 1, float(rng.exponential(1e6))  # bytes alone on two links
+        elif roll < 0.8 and preds:
+            kind, route, amount = SOLVED, -1, 0.0
+        else:
+            kind, route, amount = DELAY, -1, float(rng.exponential(1e-3))
+        if kind == SOLVED:
+            first = preds[0]
+
+            def solve(now, end, first=first):  # ends 2 ms after its first predecessor did
+                return np.array([end[first] + 2e-3])
+
+            ids = graph.add_solved(np.array([0]), COMPUTE, f"s{i}", solve)
+        else:
+            ids = graph.add(kind, route, amount, 0, COMPUTE, f"t{i}", count=1)
+        for p in preds:
+            graph.depend(np.array([p]), ids)
+        spec.append((kind, route, amount, preds))
+    if with_flow:  # on a resource nothing else uses: it changes no other task's times
+        graph.add(FLOW, 2, 0.5, 0, COMPUTE, "unrelated flow", count=1)
+    return graph, spec
+
+
+def longest_paths(spec: list) -> tuple[list[float], list[float]]:
+    """Start and end of every task, task by task in order: a task starts when its last
+    predecessor ends and ends its duration later."""
+    latency, rate = 3e-6, 12.5e9  # route 1: its latency, its slowest link
+    start, end = [], []
+    for kind, route, amount, preds in spec:
+        s = max((end[p] for p in preds), default=0.0)
+        if kind == SOLVED:
+            d = max(end[preds[0]] + 2e-3 - s, 0.0)
+        elif route == 1:
+            d = latency + amount / rate
+        elif route == 0:
+            d = 0.0 + amount / 1.0
+        else:
+            d = amount
+        start.append(s)
+        end.append(s + d if d > 0 else s)
+    return start, end
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_graph_without_flows_is_timed_in_waves_as_the_events_time_it(seed):
+    env = simpy.Environment()
+    graph, spec = random_graph(seed)
+    waves = execute(graph.freeze(), env, network(env))
+    env = simpy.Environment()
+    flowing, _ = random_graph(seed, with_flow=True)
+    events = execute(flowing.freeze(), env, network(env))
+    n = len(spec)
+    start, end = longest_paths(spec)
+    assert np.array_equal(waves.start, start) and np.array_equal(waves.end, end)
+    assert np.array_equal(events.start[:n], start) and np.array_equal(events.end[:n], end)
+    assert waves.events < events.events
+
+
+def test_a_delay_alone_on_a_route_takes_what_a_flow_alone_on_it_takes():
+    def run(kind: int) -> float:
+        env = simpy.Environment()
+        graph = TaskGraph()
+        graph.add(kind, 1, 4e6, 0, COMPUTE, "copy", count=1)
+        if kind == DELAY:  # keep the delay on the event path too
+            graph.add(FLOW, 2, 1e-9, 0, COMPUTE, "elsewhere", count=1)
+        return float(execute(graph.freeze(), env, network(env)).end[0])
+
+    assert run(DELAY) == pytest.approx(run(FLOW), rel=1e-12)
+    assert run(DELAY) == pytest.approx(3e-6 + 4e6 / 12.5e9, rel=1e-12)
