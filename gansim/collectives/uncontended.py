@@ -65,6 +65,7 @@ class _Shape:
     recv_slot: np.ndarray | None
     takes_part: np.ndarray  # participant ids that take part
     ring: bool  # and participant i sends slot i (src is 0, 1, 2, ...)
+    successor: bool  # and to participant i + 1 (the last to the first): the ring algorithm's steps
 
 
 @dataclass
@@ -169,9 +170,16 @@ class UncontendedPlay:
         plan = self.plan
         p = plan.cluster.ranks
         n_part = plan.participants
-        t = np.zeros(n_part)
+        # Each participant's time, then the first's again: what a successor ring's senders
+        # wait for (t[dst]) is a slice, not a gather. Likewise every finish, after the last
+        # one's again: what each receives from its predecessor.
+        t_ring = np.zeros(n_part + 1)
+        t = t_ring[:n_part]
         t[:p] = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
+        finish_ring = np.empty(n_part + 1)
+        start_buffer = np.empty(n_part)
         shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
+        last_step = {index: k for k, index in enumerate(step_shape)}
         fill = plan.carried is None
         if fill:
             carried = [np.zeros(shape.src.size) for shape in shapes]
@@ -192,7 +200,16 @@ class UncontendedPlay:
                     carried[index] += amount
                     if kept is not None:
                         kept.append(duration)
-            if shape.ring:  # every participant sends to one and receives from one, src in order
+            if shape.successor:  # as the ring case below, in place
+                t_ring[n_part] = t_ring[0]
+                start = start_buffer
+                np.maximum(t, t_ring[1:], out=start)
+                finish = finish_ring[1:]
+                np.add(start, shape.latency, out=finish)
+                finish += duration
+                finish_ring[0] = finish_ring[n_part]
+                done = np.maximum(finish, finish_ring[:n_part], out=t)
+            elif shape.ring:  # every participant sends to one and receives from one, src in order
                 start = np.maximum(t, t[shape.dst])
                 finish = (start + shape.latency) + duration
                 done = np.maximum(finish, finish[shape.recv_slot])
@@ -208,12 +225,13 @@ class UncontendedPlay:
             if step.reduce and gamma > 0:
                 done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
             if shape.send_slot is not None:
-                t = done
+                t[:] = done
             else:
                 t[shape.takes_part] = done[shape.takes_part]
             if first_start[index] is None:
-                first_start[index] = start
-            last_end[index] = finish
+                first_start[index] = start.copy()
+            if last_step[index] == k:
+                last_end[index] = finish.copy()
             if recording.wanted:
                 recording.add(k, shape, step, start, finish, t)
         self.first_start, self.last_end = first_start, last_end
@@ -276,8 +294,9 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
         recv_slot = np.empty(n_part, np.int64)
         recv_slot[dst] = np.arange(dst.size)
     ring = send_slot is not None and bool((src == np.arange(src.size)).all())
+    successor = ring and bool((dst == (src + 1) % n_part).all())
     return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
-                  ring)
+                  ring, successor)
 
 
 def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
