@@ -315,6 +315,48 @@ class Topology:
         to_hub = [dijkstra(backwards, [h])[0] for h in hubs]
         return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs), backwards.out)
 
+    @cached_property
+    def _shortest_edge(self) -> float:
+        graph = self._routing[2]
+        return min((weight for edges in graph.out for _, weight in edges), default=np.inf)
+
+    def _short_route(self, start: int, target: int) -> list[int] | None:
+        """The route of one or two links from `start` to `target` when it is the only
+        shortest one (so every search finds it, whatever its order of ties): shorter than
+        every other route of one or two links, and than every longer route, which is at
+        least the lightest link out of `start`, the lightest link of all and the lightest
+        link into `target`. None when there is no such route. Most routes inside a
+        machine, and from a NIC to another through the network switch, are such, and this
+        finds them without a search."""
+        out, into = self._routing[2].out[start], self._hub_routing.into[target]
+        if len(out) > len(into):  # look up the shorter list's ends in the other's
+            near = dict(out)
+            pairs = [(near.get(u), u, weight) for u, weight in into]
+        else:
+            near = dict(into)
+            pairs = [(weight, v, near.get(v)) for v, weight in out]
+        best, count, via = np.inf, 0, -1
+        for first, middle, second in pairs:
+            if first is None or second is None:
+                continue
+            d = first + second
+            if d < best:
+                best, count, via = d, 1, middle
+            elif d == best:
+                count += 1
+        direct = next((weight for v, weight in out if v == target), None)
+        if direct is not None:
+            if direct < best:
+                best, count, via = direct, 1, -1
+            elif direct == best:
+                count += 1
+        if count != 1:
+            return None
+        longer = min(weight for _, weight in out) + self._shortest_edge + min(weight for _, weight in into)
+        if not best * (1.0 + 1e-12) < longer:  # a margin against rounding in the sums
+            return None
+        return [start, target] if via < 0 else [start, via, target]
+
     def _search_routes(self, missing: list[tuple[str, str]]) -> None:
         """The routes Dijkstra's search from each source finds when it takes vertices of
         equal distance highest first, as scipy's did (gansim's routes before it searched
@@ -327,7 +369,11 @@ class Topology:
         graph = self._routing[2]
         by_source: dict[str, list[str]] = {}
         for src, dst in missing:
-            by_source.setdefault(src, []).append(dst)
+            path = self._short_route(self._vertex(src, "out"), self._vertex(dst, "in"))
+            if path is None:
+                by_source.setdefault(src, []).append(dst)
+            else:
+                self._store(src, dst, path)
         for src, dsts in by_source.items():
             start = self._vertex(src, "out")
             targets = {dst: self._vertex(dst, "in") for dst in dsts}
