@@ -316,46 +316,68 @@ class Topology:
         return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs), backwards.out)
 
     @cached_property
-    def _shortest_edge(self) -> float:
-        graph = self._routing[2]
-        return min((weight for edges in graph.out for _, weight in edges), default=np.inf)
+    def _edges(self) -> "_Edges":
+        """The routing graph's edges as arrays, out of each vertex and into each (see _Edges)."""
+        _, node_of, graph = self._routing
+        rows, cols, weights = graph.edges
+        position = {node: i for i, node in enumerate(self.nodes)}
+        ends = np.array([position[node_of[v]] for v in range(graph.n)], dtype=np.int64)
+        # the directed link of each edge, from its two nodes
+        link_key = self.ends[:, 0] * len(self.nodes) + self.ends[:, 1]
+        by_key = np.argsort(link_key)
+        links = by_key[np.searchsorted(link_key[by_key], ends[rows] * len(self.nodes) + ends[cols])]
+        return _Edges.build(graph.n, rows, cols, weights, links)
 
-    def _short_route(self, start: int, target: int) -> list[int] | None:
-        """The route of one or two links from `start` to `target` when it is the only
-        shortest one (so every search finds it, whatever its order of ties): shorter than
-        every other route of one or two links, and than every longer route, which is at
-        least the lightest link out of `start`, the lightest link of all and the lightest
-        link into `target`. None when there is no such route. Most routes inside a
-        machine, and from a NIC to another through the network switch, are such, and this
-        finds them without a search."""
-        out, into = self._routing[2].out[start], self._hub_routing.into[target]
-        if len(out) > len(into):  # look up the shorter list's ends in the other's
-            near = dict(out)
-            pairs = [(near.get(u), u, weight) for u, weight in into]
-        else:
-            near = dict(into)
-            pairs = [(weight, v, near.get(v)) for v, weight in out]
-        best, count, via = np.inf, 0, -1
-        for first, middle, second in pairs:
-            if first is None or second is None:
-                continue
-            d = first + second
-            if d < best:
-                best, count, via = d, 1, middle
-            elif d == best:
-                count += 1
-        direct = next((weight for v, weight in out if v == target), None)
-        if direct is not None:
-            if direct < best:
-                best, count, via = direct, 1, -1
-            elif direct == best:
-                count += 1
-        if count != 1:
-            return None
-        longer = min(weight for _, weight in out) + self._shortest_edge + min(weight for _, weight in into)
-        if not best * (1.0 + 1e-12) < longer:  # a margin against rounding in the sums
-            return None
-        return [start, target] if via < 0 else [start, via, target]
+    def _short_routes(self, starts: np.ndarray, targets: np.ndarray) -> list["Route | None"]:
+        """For each (start, target) vertex pair, the route of one or two links when it is
+        the only shortest one (so every search finds it, whatever its order of ties):
+        shorter than every other route of one or two links, and than every longer route,
+        which is at least the lightest link out of the start, the lightest link of all and
+        the lightest link into the target. None for the others. Most routes inside a
+        machine, and from a NIC to another through the network switch, are such; this
+        finds them without a search, all at once."""
+        e = self._edges
+        found: list[Route | None] = [None] * starts.size
+        # pairs whose ends are hubs are left to the search (their lists are long)
+        pairs = np.flatnonzero((e.out_degree[starts] <= HUB_DEGREE) & (e.in_degree[targets] <= HUB_DEGREE))
+        if pairs.size == 0:
+            return found
+        s, t = starts[pairs], targets[pairs]
+        n = e.n
+        direct = e.find(s, t)
+        direct_weight = np.where(direct >= 0, e.weights[np.maximum(direct, 0)], np.inf)
+        # every route of two links: an edge out of s and one into t meeting at the same vertex
+        first, of_first = e.expand(e.out_start, s)  # edge ids (sorted by row), pair of each
+        second, of_second = e.expand(e.in_start, t)  # positions in the by-column order, pair of each
+        second = e.in_order[second]
+        meet, i, j = np.intersect1d(of_first * n + e.cols[first], of_second * n + e.rows[second],
+                                    assume_unique=True, return_indices=True)
+        pair_of = of_first[i]
+        length = e.weights[first[i]] + e.weights[second[j]]
+        best2 = np.full(pairs.size, np.inf)
+        np.minimum.at(best2, pair_of, length)
+        at_best = length == best2[pair_of]
+        count2 = np.bincount(pair_of[at_best], minlength=pairs.size)
+        via_first = np.full(pairs.size, -1, dtype=np.int64)
+        via_second = np.full(pairs.size, -1, dtype=np.int64)
+        via_first[pair_of[at_best]] = first[i][at_best]
+        via_second[pair_of[at_best]] = second[j][at_best]
+        best = np.minimum(direct_weight, best2)
+        count = (direct_weight == best).astype(np.int64) + np.where(best2 == best, count2, 0)
+        longer = e.min_out[s] + e.shortest + e.min_in[t]
+        ok = (count == 1) & (best * (1.0 + 1e-12) < longer)  # a margin against rounding in the sums
+        one = ok & (direct_weight == best)
+        for k in np.flatnonzero(one).tolist():
+            link = e.links[direct[k]]
+            found[pairs[k]] = Route(np.array([link], dtype=np.int64), float(self.latency_s[link]),
+                                    float(self.capacity_Bps[link]))
+        two = np.flatnonzero(ok & ~one)
+        both = np.stack([e.links[via_first[two]], e.links[via_second[two]]], axis=1)
+        latency = self.latency_s[both[:, 0]] + self.latency_s[both[:, 1]]
+        bottleneck = np.minimum(self.capacity_Bps[both[:, 0]], self.capacity_Bps[both[:, 1]])
+        for k, links, lat, cap in zip(two.tolist(), both, latency.tolist(), bottleneck.tolist()):
+            found[pairs[k]] = Route(links, lat, cap)
+        return found
 
     def _search_routes(self, missing: list[tuple[str, str]]) -> None:
         """The routes Dijkstra's search from each source finds when it takes vertices of
@@ -368,12 +390,13 @@ class Topology:
         hub = self._hub_routing
         graph = self._routing[2]
         by_source: dict[str, list[str]] = {}
-        for src, dst in missing:
-            path = self._short_route(self._vertex(src, "out"), self._vertex(dst, "in"))
-            if path is None:
+        found = self._short_routes(np.array([self._vertex(src, "out") for src, _ in missing], dtype=np.int64),
+                                   np.array([self._vertex(dst, "in") for _, dst in missing], dtype=np.int64))
+        for (src, dst), route in zip(missing, found):
+            if route is None:
                 by_source.setdefault(src, []).append(dst)
             else:
-                self._store(src, dst, path)
+                self._routes[(src, dst)] = route
         for src, dsts in by_source.items():
             start = self._vertex(src, "out")
             targets = {dst: self._vertex(dst, "in") for dst in dsts}
@@ -401,6 +424,60 @@ class _HubRouting:
     to_hub: list[dict[int, float]]
     skip: frozenset[int]
     into: list[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
+
+
+@dataclass(frozen=True)
+class _Edges:
+    """A routing graph's edges as arrays: sorted by (from, to), with their weights and
+    directed links; where each vertex's edges out start, and (through `in_order`, the
+    edges sorted by (to, from)) its edges in; each vertex's lightest edge out and in."""
+
+    n: int
+    rows: np.ndarray
+    cols: np.ndarray
+    weights: np.ndarray
+    links: np.ndarray
+    out_start: np.ndarray  # n + 1
+    in_order: np.ndarray
+    in_start: np.ndarray  # n + 1
+    min_out: np.ndarray
+    min_in: np.ndarray
+    shortest: float
+
+    @classmethod
+    def build(cls, n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, links: np.ndarray) -> "_Edges":
+        in_order = np.lexsort((rows, cols))
+        min_out, min_in = np.full(n, np.inf), np.full(n, np.inf)
+        np.minimum.at(min_out, rows, weights)
+        np.minimum.at(min_in, cols, weights)
+        return cls(n, rows, cols, weights, links, np.searchsorted(rows, np.arange(n + 1)), in_order,
+                   np.searchsorted(cols[in_order], np.arange(n + 1)), min_out, min_in,
+                   float(weights.min()) if weights.size else np.inf)
+
+    @property
+    def out_degree(self) -> np.ndarray:
+        return np.diff(self.out_start)
+
+    @property
+    def in_degree(self) -> np.ndarray:
+        return np.diff(self.in_start)
+
+    def find(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The edge from each row to each col (-1: none)."""
+        keys = self.rows * self.n + self.cols  # sorted, as the edges are
+        wanted = rows * self.n + cols
+        if keys.size == 0:
+            return np.full(wanted.size, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+        return np.where(keys[at] == wanted, at, -1)
+
+    @staticmethod
+    def expand(start: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every position from start[v] to start[v + 1] for each of `vertices`, and which of
+        them it is for."""
+        lo, count = start[vertices], start[vertices + 1] - start[vertices]
+        owner = np.repeat(np.arange(vertices.size), count)
+        return np.arange(count.sum()) + np.repeat(lo - (np.cumsum(count) - count), count), owner
 
 
 class _Walk:
