@@ -578,8 +578,8 @@ class NcclMachine:
         return n
 
     def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
-        """Compute the routes of many hops (a, b, NICs) in one batch (one Dijkstra per distinct
-        source, in C) before `cross_hop` asks for them one by one."""
+        """Compute the routes of many hops (a, b, NICs) in one batch (Topology.routes) before
+        `cross_hop` asks for them one by one."""
         machine, names, pairs = self.topology.machine_of, self.rank_nodes, []
         for a, b, nics in set(hops):
             na, nb = names[a], names[b]

@@ -283,7 +283,8 @@ class Topology:
         return index, names, Digraph(len(names), rows, cols, np.repeat(weight, 2))
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
-        """Routes for many (src, dst) pairs at once: one search per distinct source, each
+        """Routes for many (src, dst) pairs at once: the short ones that are the only shortest
+        without a search (_short_routes), then one search per distinct source, each
         stopping at its last destination; or, on a graph with hubs (network switches linked
         to more than HUB_DEGREE nodes, whose every search would cross all of their links),
         one search from and one to each hub plus one per source that stays off the hubs."""
