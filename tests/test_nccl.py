@@ -10,6 +10,9 @@ import simpy
 
 from gansim.collectives.closed_forms import bus_factor
 from gansim.collectives.nccl import (
+    WIRE_BYTES_PER_DATA_BYTE,
+    _hop_loads,
+    _kernel_weight,
     btree_parent,
     dtree_parent,
     model_seconds,
@@ -182,3 +185,45 @@ def test_lock_step_channels_are_few_flows_even_on_1024_gpus():
     assert chosen.choice.algorithm in ("ring", "tree")
     assert len(chosen.flows) <= chosen.choice.channels <= 64
     assert np.isfinite(chosen.latency_s) and chosen.latency_s > 0
+
+
+@pytest.mark.parametrize("generator,params,gpus,algo,proto", [
+    ("multi_node", {"nodes": 3, "gpus_per_node": 4}, 12, "tree", None),
+    ("multi_node", {"nodes": 3, "gpus_per_node": 4}, 12, "ring", "LL"),
+    ("multi_node", {"nodes": 2, "intra": "dgx1"}, 16, "ring", None),
+    ("pcie_tree", {"gpus": 4, "gpus_per_switch": 2, "p2p": False}, 4, "ring", None),  # SHM through DRAM
+])
+def test_channel_flows_are_every_hop_of_every_channel_summed(generator, params, gpus, algo, proto):
+    """The plan's flows against the channels summed one hop at a time: each hop's links and
+    staging memory, and its sender's kernels; channels over the same loads are one flow."""
+    cluster = Cluster(topo(generator, **params), gpus, simpy.Environment())
+    state = nccl_state(cluster)
+    chosen = plan(cluster, state, "all_reduce", 64 * MiB, algo, proto)
+    machine, c = state.machine, chosen.choice
+    assert c.algorithm == algo
+    ring = machine.ring
+    expected: dict[tuple, int] = {}
+    for channel in range(c.channels):
+        if algo == "tree":
+            nics = (ring.nics[channel % len(ring.nics)][0],) * 2 if ring.nics else None
+            hops = [h for child, parent in tree_edges(machine, channel) for h in ((child, parent), (parent, child))]
+        else:
+            nic_in, nic_out = ring.nics[channel % len(ring.nics)] if ring.nics else (0, 0)
+            nics = (nic_out, nic_in)
+            hops = ring_order_hops(ring.orders[channel % len(ring.orders)], "all_reduce")
+        loads: dict[int, float] = {}
+        for a, b in hops:
+            resources, weights = _hop_loads(cluster, machine, WIRE_BYTES_PER_DATA_BYTE[c.protocol],
+                                            machine.cross_hop(a, b, nics), 1.0)
+            kernel = int(cluster.kernel_resource[a])
+            if kernel >= 0 and _kernel_weight(chosen.kernel_GBps) > 0:
+                resources, weights = resources + [kernel], weights + [_kernel_weight(chosen.kernel_GBps)]
+            for r, w in zip(resources, weights):
+                loads[r] = loads.get(r, 0.0) + w
+        key = tuple(sorted((r, round(w * 1e18)) for r, w in loads.items()))
+        expected[key] = expected.get(key, 0) + 1
+    got = {tuple(zip(f.resources.tolist(), np.round(f.weights * 1e18).astype(np.int64).tolist())): f.channels
+           for f in chosen.flows}
+    assert got == expected
+    assert sum(f.amount for f in chosen.flows) == pytest.approx(
+        64 * MiB * (bus_factor("all_reduce", gpus) if algo == "ring" else 1.0))

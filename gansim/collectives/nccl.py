@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gansim.collectives.closed_forms import bus_factor
-from gansim.collectives.nccl_topology import NcclMachine, link_efficiency, shm_fraction
+from gansim.collectives.nccl_topology import Hop, NcclMachine, link_efficiency, shm_fraction
 from gansim.collectives.nccl_tuning import (
     LL,
     LL128,
@@ -134,60 +134,116 @@ def _ring_kernels(state: NcclState, coll: str, proto: str, fraction: float) -> f
     return fraction * graph_bus if fraction < 1 else float("inf")
 
 
-class _Loads:
-    """Resources and weights of one channel flow, accumulated hop by hop. `hops` keeps what a
-    hop adds, for the other channels of the same plan that cross it too."""
+def _kernel_weight(kernels_GBps: float) -> float:
+    """What a byte of the flow weighs on a GPU's kernels (none when they do not limit)."""
+    return 0.0 if kernels_GBps == float("inf") else 1.0 / (kernels_GBps * 1e9)
 
-    def __init__(self, cluster: Cluster, machine: NcclMachine, proto: str, kernels_GBps: float,
-                 hops: dict[tuple, tuple[list[int], list[float]]] | None = None):
+
+def _hop_loads(cluster: Cluster, machine: NcclMachine, wire: float, hop: Hop,
+               share: float) -> tuple[list[int], list[float]]:
+    """A hop's links, and the host memory SHM stages in, at `share` of its flow's rate."""
+    resources: list[int] = []
+    weights: list[float] = []
+    # staged through host memory, NCCL's SHM gets only part of the PCI path (nccl#406)
+    slower = 1.0 / shm_fraction(hop.path_type) if hop.transport == "shm" else 1.0
+    kinds = cluster.topology.link_kinds
+    for link in hop.links:
+        resources.append(link)
+        weights.append(share * wire * slower / link_efficiency(kinds[link], machine.capability))
+    if hop.memory is not None:
+        resources.append(cluster.memory_resource[hop.memory])
+        weights.append(share * 2.0 * wire)  # written, then read back
+    return resources, weights
+
+
+class _Loads:
+    """Resources and weights of one flow, accumulated hop by hop (NVLS; channels of rings
+    and trees are summed by _channel_loads)."""
+
+    def __init__(self, cluster: Cluster, machine: NcclMachine, proto: str, kernels_GBps: float):
         self.cluster, self.machine = cluster, machine
         self.wire = WIRE_BYTES_PER_DATA_BYTE[proto]
-        self.kernel_weight = 0.0 if kernels_GBps == float("inf") else 1.0 / (kernels_GBps * 1e9)
+        self.kernel_weight = _kernel_weight(kernels_GBps)
         self.resources: list[int] = []
         self.weights: list[float] = []
-        self.topology = cluster.topology
-        self.hops = {} if hops is None else hops
 
-    def add_hop(self, sender: int, hop, share: float = 1.0, kernels: bool = True) -> None:
+    def add_hop(self, sender: int, hop: Hop, share: float = 1.0, kernels: bool = True) -> None:
         """A hop's links (and staging memory) at `share` of the flow's rate, and (`kernels`)
         the sender's kernels moving it."""
-        key = (id(hop), sender, share, kernels)
-        found = self.hops.get(key)
-        if found is None:
-            found = self.hops[key] = self._hop_loads(sender, hop, share, kernels)
-        self.resources.extend(found[0])
-        self.weights.extend(found[1])
-
-    def _hop_loads(self, sender: int, hop, share: float, kernels: bool) -> tuple[list[int], list[float]]:
-        resources: list[int] = []
-        weights: list[float] = []
-        # staged through host memory, NCCL's SHM gets only part of the PCI path (nccl#406)
-        slower = 1.0 / shm_fraction(hop.path_type) if hop.transport == "shm" else 1.0
-        for link in hop.links:
-            resources.append(link)
-            weights.append(share * self.wire * slower / link_efficiency(self.topology.link_kinds[link],
-                                                                         self.machine.capability))
-        if hop.memory is not None:
-            resources.append(self.cluster.memory_resource[hop.memory])
-            weights.append(share * 2.0 * self.wire)  # written, then read back
+        resources, weights = _hop_loads(self.cluster, self.machine, self.wire, hop, share)
+        self.resources.extend(resources)
+        self.weights.extend(weights)
         if kernels:
-            self._kernels(sender, share, resources, weights)
-        return resources, weights
+            self.add_kernels(sender, share)
 
     def add_kernels(self, rank: int, share: float = 1.0) -> None:
-        self._kernels(rank, share, self.resources, self.weights)
-
-    def _kernels(self, rank: int, share: float, resources: list[int], weights: list[float]) -> None:
         kernel = int(self.cluster.kernel_resource[rank])
         if kernel >= 0 and self.kernel_weight > 0:
-            resources.append(kernel)
-            weights.append(share * self.kernel_weight)
+            self.resources.append(kernel)
+            self.weights.append(share * self.kernel_weight)
 
     def merged(self) -> tuple[np.ndarray, np.ndarray]:
-        res = np.asarray(self.resources, dtype=np.int64)
-        w = np.asarray(self.weights, dtype=float)
-        used, inverse = np.unique(res, return_inverse=True)
-        return used, np.bincount(inverse, weights=w, minlength=used.size)
+        return _merged(np.asarray(self.resources, dtype=np.int64), np.asarray(self.weights, dtype=float))
+
+
+def _merged(resources: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each resource once, with the sum of its weights (added in the order they come)."""
+    used, inverse = np.unique(resources, return_inverse=True)
+    return used, np.bincount(inverse, weights=weights, minlength=used.size)
+
+
+# a channel: its hops' senders and receivers (rank arrays), and the NICs (out of the
+# sender's machine, into the receiver's) its hops between machines take, None for each
+# rank's first own NIC
+Channel = tuple[np.ndarray, np.ndarray, "tuple[int, int] | None"]
+
+
+def _channel_loads(cluster: Cluster, machine: NcclMachine, proto: str, kernels_GBps: float,
+                   channels: list[Channel]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per channel, the resources it crosses and their weights: each hop's links and staging
+    memory at the flow's rate, and the sender's kernels moving it. A hop that several
+    channels (or one channel twice) take is worked out once; the channels then gather
+    their hops' loads in hop order, so every sum adds its terms in the order the hops come."""
+    wire = WIRE_BYTES_PER_DATA_BYTE[proto]
+    choices = list(dict.fromkeys(nics for _, _, nics in channels))
+    senders = np.concatenate([s for s, _, _ in channels]).astype(np.int64)
+    receivers = np.concatenate([r for _, r, _ in channels]).astype(np.int64)
+    choice = np.concatenate([np.full(len(s), choices.index(nics) + 1) for s, _, nics in channels])
+    inside = machine.rank_machine[senders] == machine.rank_machine[receivers]
+    choice[inside] = 0  # a hop inside a machine crosses no NIC
+    width = len(choices) + 1
+    distinct, inverse = np.unique((senders * machine.ranks + receivers) * width + choice, return_inverse=True)
+    pair, which = np.divmod(distinct, width)
+    nics_by_choice = [None] + choices
+    hops = [(a, b, nics_by_choice[c])
+            for a, b, c in zip(*(x.tolist() for x in np.divmod(pair, machine.ranks)), which.tolist())]
+    machine.prefetch(hops)
+    resources: list[int] = []
+    weights: list[float] = []
+    lengths = np.empty(len(hops), dtype=np.int64)
+    for i, (a, b, nics) in enumerate(hops):
+        res, w = _hop_loads(cluster, machine, wire, machine.cross_hop(a, b, nics), 1.0)
+        resources += res
+        weights += w
+        lengths[i] = len(res)
+    all_resources, all_weights = np.asarray(resources, dtype=np.int64), np.asarray(weights, dtype=float)
+    starts = np.cumsum(lengths) - lengths
+    kernel_weight = _kernel_weight(kernels_GBps)
+    kernels = np.asarray(cluster.kernel_resource, dtype=np.int64)[senders]
+    out = []
+    first = 0
+    for s, _, _ in channels:
+        ids, sent = inverse[first:first + len(s)], kernels[first:first + len(s)]
+        first += len(s)
+        count = lengths[ids]
+        take = np.repeat(starts[ids] - (np.cumsum(count) - count), count) + np.arange(count.sum())
+        res, w = all_resources[take], all_weights[take]
+        if kernel_weight > 0:
+            sent = sent[sent >= 0]
+            res = np.concatenate([res, sent])
+            w = np.concatenate([w, np.full(sent.size, kernel_weight)])
+        out.append(_merged(res, w))
+    return out
 
 
 def _group(flows: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[ChannelFlow, ...]:
@@ -218,22 +274,13 @@ def _ring_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     graph = machine.ring
     per_hop = nbytes * bus_factor(coll, machine.ranks) / choice.channels  # what each ring hop carries
-    hops = []
+    channels = []
     for c in range(choice.channels):
         nic_in, nic_out = graph.nics[c % len(graph.nics)] if graph.nics else (0, 0)
-        hops += [(a, b, (nic_out, nic_in)) for a, b in ring_order_hops(graph.orders[c % len(graph.orders)], coll)]
-    machine.prefetch(hops)
-    flows = []
-    seen: dict[tuple, tuple[list[int], list[float]]] = {}
-    for c in range(choice.channels):
-        order = graph.orders[c % len(graph.orders)]
-        nic_in, nic_out = graph.nics[c % len(graph.nics)] if graph.nics else (0, 0)
-        loads = _Loads(cluster, machine, choice.protocol, kernels_GBps, seen)
-        for a, b in ring_order_hops(order, coll):
-            loads.add_hop(a, machine.cross_hop(a, b, (nic_out, nic_in)))
-        res, w = loads.merged()
-        flows.append((per_hop, res, w))
-    return _group(flows)
+        pairs = np.array(ring_order_hops(graph.orders[c % len(graph.orders)], coll), dtype=np.int64).reshape(-1, 2)
+        channels.append((pairs[:, 0], pairs[:, 1], (nic_out, nic_in)))
+    loads = _channel_loads(cluster, machine, choice.protocol, kernels_GBps, channels)
+    return _group([(per_hop, res, w) for res, w in loads])
 
 
 def tree_edges(machine: NcclMachine, channel: int) -> list[tuple[int, int]]:
@@ -281,21 +328,14 @@ def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: C
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     per_edge = nbytes / choice.channels  # reduced up, then broadcast down, on every edge
     ring = machine.ring
-    edges = [tree_edges(machine, c) for c in range(choice.channels)]
-    machine.prefetch([(x, y, (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None)
-                      for c in range(choice.channels) for child, parent in edges[c]
-                      for x, y in ((child, parent), (parent, child))])
-    flows = []
-    seen: dict[tuple, tuple[list[int], list[float]]] = {}
+    channels = []
     for c in range(choice.channels):
         nic = (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None  # the chain head's NIC
-        loads = _Loads(cluster, machine, choice.protocol, kernels_GBps, seen)
-        for child, parent in edges[c]:
-            loads.add_hop(child, machine.cross_hop(child, parent, nic))
-            loads.add_hop(parent, machine.cross_hop(parent, child, nic))
-        res, w = loads.merged()
-        flows.append((per_edge, res, w))
-    return _group(flows)
+        edges = np.array(tree_edges(machine, c), dtype=np.int64).reshape(-1, 2)
+        # each edge up (the child sends), then down (the parent sends)
+        channels.append((edges.ravel(), edges[:, ::-1].ravel(), nic))
+    loads = _channel_loads(cluster, machine, choice.protocol, kernels_GBps, channels)
+    return _group([(per_edge, res, w) for res, w in loads])
 
 
 def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float, algo: str,

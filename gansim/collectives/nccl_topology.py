@@ -155,6 +155,7 @@ class NcclMachine:
     nics: list[list[str]]  # per machine, its NIC node ids (those with a network link)
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
+    _nic_bws: dict[tuple[int, str], float] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -212,11 +213,12 @@ class NcclMachine:
         kind = self.topology.link_kinds[link]
         return float(self.topology.capacity_Bps[link]) / 1e9 * link_efficiency(kind, self.capability)
 
-    def path_type(self, nodes: list[str]) -> int:
-        """NCCL's type of a path through these topology nodes (paths.cc ncclTopoSetPaths):
+    def path_type(self, links: list[int]) -> int:
+        """NCCL's type of a path over these directed links (paths.cc ncclTopoSetPaths):
         NVLink only is NVL, one PCIe switch PIX, more PXB, through a CPU PHB, two CPUs SYS."""
-        kinds = [self.topology.nodes[n].kind for n in nodes[1:-1]]
-        link_kinds = {self.topology.link_kind(a, b) for a, b in zip(nodes, nodes[1:])}
+        reached = self._link_head_kinds
+        kinds = [reached[link] for link in links[:-1]]  # the nodes it passes through
+        link_kinds = {self.topology.link_kinds[link] for link in links}
         if "net" in link_kinds:
             return PATH_NET
         hosts = kinds.count("host")
@@ -228,10 +230,11 @@ class NcclMachine:
             return PATH_NVL
         return PATH_PXB if kinds.count("pcie_switch") + kinds.count("nic") > 1 else PATH_PIX
 
-    def _route_nodes(self, src: str, dst: str) -> list[str]:
-        route = self.topology.route(src, dst)
-        names = [self.topology.link_names[i] for i in route.links]
-        return [src] + [n.split("->", 1)[1] for n in names]
+    @cached_property
+    def _link_head_kinds(self) -> list[str]:
+        """The kind of the node each directed link leads to."""
+        kinds = [spec.kind for spec in self.topology.nodes.values()]
+        return [kinds[i] for i in self.topology.ends[:, 1].tolist()]
 
     def hop(self, a: int, b: int, via_nic: tuple[str, str] | None = None) -> Hop:
         """How rank a's bytes reach rank b: P2P, SHM through b's host memory, or over the
@@ -248,23 +251,22 @@ class NcclMachine:
                 links += topo.route(s, d).links.tolist()
             found = Hop(tuple(links), PATH_NET, "net")
         else:
-            nodes = self._route_nodes(na, nb)
-            ptype = self.path_type(nodes)
+            direct = topo.route(na, nb).links.tolist()
+            ptype = self.path_type(direct)
             p2p_level = PATH_SYS if (self.cpu_vendor == "amd" and len(self.rank_nodes) <= 2) else PATH_PXB
             capable = ptype == PATH_NVL or (topo.nodes[na].p2p and topo.nodes[nb].p2p)
             if ptype == PATH_NET:
-                found = Hop(tuple(topo.route(na, nb).links.tolist()), PATH_NET, "net")
+                found = Hop(tuple(direct), PATH_NET, "net")
             elif capable and ptype <= p2p_level:
-                found = Hop(tuple(topo.route(na, nb).links.tolist()), ptype, "p2p")
+                found = Hop(tuple(direct), ptype, "p2p")
             else:
                 host = topo.host_of.get(nb)
                 if host is None:
                     raise UserInputError(f"{na} and {nb} cannot use peer-to-peer and no host node is near {nb} to "
                                          "stage their bytes in", source=topo.source, field="nodes")
-                first, second = self._route_nodes(na, host), self._route_nodes(host, nb)
-                links = topo.route(na, host).links.tolist() + topo.route(host, nb).links.tolist()
-                found = Hop(tuple(links), max(self.path_type(first), self.path_type(second), PATH_PHB), "shm",
-                            memory=host)
+                first, second = topo.route(na, host).links.tolist(), topo.route(host, nb).links.tolist()
+                found = Hop(tuple(first + second), max(self.path_type(first), self.path_type(second), PATH_PHB),
+                            "shm", memory=host)
         self._hops[key] = found
         return found
 
@@ -275,23 +277,37 @@ class NcclMachine:
     # ------------------------------------------------------------------ search
     def _gpu_total_bw(self, rank: int) -> float:
         """search.cc getTotalBw: a GPU's NVLink bandwidth summed, or its PCI link's."""
-        node = self.rank_nodes[rank]
-        nvlink = pci = 0.0
-        for peer in self.topology.neighbors(node):
-            link = self.topology.link_index(node, peer)
-            if self.topology.link_kinds[link] == "nvlink":
-                nvlink += self.nccl_bw(link)
-            elif self.topology.link_kinds[link] == "pcie" and self.topology.nodes[peer].kind != "nic":
-                pci = max(pci, self.nccl_bw(link))
-        return max(pci, nvlink)
+        return self._gpu_total_bws[rank]
+
+    @cached_property
+    def _gpu_total_bws(self) -> list[float]:
+        """_gpu_total_bw of every rank: the NCCL figures of its links out summed (NVLink,
+        in the order of its links) or their largest (PCIe, but to a NIC)."""
+        topo = self.topology
+        ids = list(topo.nodes)
+        position = {node: i for i, node in enumerate(ids)}
+        kinds = np.array(topo.link_kinds)
+        heads = np.array([topo.nodes[ids[i]].kind for i in topo.ends[:, 1].tolist()])
+        bw = topo.capacity_Bps / 1e9 * np.array([link_efficiency(k, self.capability) for k in kinds.tolist()])
+        tails = topo.ends[:, 0]
+        nvlink = np.bincount(tails, weights=np.where(kinds == "nvlink", bw, 0.0), minlength=len(ids))
+        pci = np.zeros(len(ids))
+        counted = (kinds == "pcie") & (heads != "nic")
+        np.maximum.at(pci, tails[counted], bw[counted])
+        rows = [position[node] for node in self.rank_nodes]
+        return np.maximum(pci[rows], nvlink[rows]).tolist()
 
     def _nic_bw(self, machine: int, nic: str) -> float:
         """NCCL's bandwidth of the path from the NIC's nearest GPU to the network."""
-        topo = self.topology
-        net = [topo.link_index(nic, m) for m in topo.neighbors(nic) if topo.link_kind(nic, m) == "net"]
-        local = [r for r in self.nodes[machine] if topo.has_link(self.rank_nodes[r], nic)]
-        to_gpu = [self.nccl_bw(topo.link_index(self.rank_nodes[r], nic)) for r in local]
-        return min([self.nccl_bw(x) for x in net] + ([max(to_gpu)] if to_gpu else []))
+        found = self._nic_bws.get((machine, nic))
+        if found is None:
+            topo = self.topology
+            net = [topo.link_index(nic, m) for m in topo.neighbors(nic) if topo.link_kind(nic, m) == "net"]
+            local = {self.rank_nodes[r] for r in self.nodes[machine]}
+            to_gpu = [self.nccl_bw(topo.link_index(m, nic)) for m in topo.neighbors(nic) if m in local]
+            found = self._nic_bws[(machine, nic)] = min([self.nccl_bw(x) for x in net] +
+                                                        ([max(to_gpu)] if to_gpu else []))
+        return found
 
     def nics_of(self, machine: int, rank: int) -> list[int]:
         """Indices of the NICs a rank links to directly (its rail NICs)."""
@@ -562,8 +578,8 @@ class NcclMachine:
         return n
 
     def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
-        """Compute the routes of many hops (a, b, NICs) in one batch (one Dijkstra per distinct
-        source, in C) before `cross_hop` asks for them one by one."""
+        """Compute the routes of many hops (a, b, NICs) in one batch (Topology.routes) before
+        `cross_hop` asks for them one by one."""
         machine, names, pairs = self.topology.machine_of, self.rank_nodes, []
         for a, b, nics in set(hops):
             na, nb = names[a], names[b]

@@ -283,7 +283,8 @@ class Topology:
         return index, names, Digraph(len(names), rows, cols, np.repeat(weight, 2))
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
-        """Routes for many (src, dst) pairs at once: one search per distinct source, each
+        """Routes for many (src, dst) pairs at once: the short ones that are the only shortest
+        without a search (_short_routes), then one search per distinct source, each
         stopping at its last destination; or, on a graph with hubs (network switches linked
         to more than HUB_DEGREE nodes, whose every search would cross all of their links),
         one search from and one to each hub plus one per source that stays off the hubs."""
@@ -315,6 +316,70 @@ class Topology:
         to_hub = [dijkstra(backwards, [h])[0] for h in hubs]
         return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs), backwards.out)
 
+    @cached_property
+    def _edges(self) -> "_Edges":
+        """The routing graph's edges as arrays, out of each vertex and into each (see _Edges)."""
+        _, node_of, graph = self._routing
+        rows, cols, weights = graph.edges
+        position = {node: i for i, node in enumerate(self.nodes)}
+        ends = np.array([position[node_of[v]] for v in range(graph.n)], dtype=np.int64)
+        # the directed link of each edge, from its two nodes
+        link_key = self.ends[:, 0] * len(self.nodes) + self.ends[:, 1]
+        by_key = np.argsort(link_key)
+        links = by_key[np.searchsorted(link_key[by_key], ends[rows] * len(self.nodes) + ends[cols])]
+        return _Edges.build(graph.n, rows, cols, weights, links)
+
+    def _short_routes(self, starts: np.ndarray, targets: np.ndarray) -> list["Route | None"]:
+        """For each (start, target) vertex pair, the route of one or two links when it is
+        the only shortest one (so every search finds it, whatever its order of ties):
+        shorter than every other route of one or two links, and than every longer route,
+        which is at least the lightest link out of the start, the lightest link of all and
+        the lightest link into the target. None for the others. Most routes inside a
+        machine, and from a NIC to another through the network switch, are such; this
+        finds them without a search, all at once."""
+        e = self._edges
+        found: list[Route | None] = [None] * starts.size
+        # pairs whose ends are hubs are left to the search (their lists are long)
+        pairs = np.flatnonzero((e.out_degree[starts] <= HUB_DEGREE) & (e.in_degree[targets] <= HUB_DEGREE))
+        if pairs.size == 0:
+            return found
+        s, t = starts[pairs], targets[pairs]
+        n = e.n
+        direct = e.find(s, t)
+        direct_weight = np.where(direct >= 0, e.weights[np.maximum(direct, 0)], np.inf)
+        # every route of two links: an edge out of s and one into t meeting at the same vertex
+        first, of_first = e.expand(e.out_start, s)  # edge ids (sorted by row), pair of each
+        second, of_second = e.expand(e.in_start, t)  # positions in the by-column order, pair of each
+        second = e.in_order[second]
+        meet, i, j = np.intersect1d(of_first * n + e.cols[first], of_second * n + e.rows[second],
+                                    assume_unique=True, return_indices=True)
+        pair_of = of_first[i]
+        length = e.weights[first[i]] + e.weights[second[j]]
+        best2 = np.full(pairs.size, np.inf)
+        np.minimum.at(best2, pair_of, length)
+        at_best = length == best2[pair_of]
+        count2 = np.bincount(pair_of[at_best], minlength=pairs.size)
+        via_first = np.full(pairs.size, -1, dtype=np.int64)
+        via_second = np.full(pairs.size, -1, dtype=np.int64)
+        via_first[pair_of[at_best]] = first[i][at_best]
+        via_second[pair_of[at_best]] = second[j][at_best]
+        best = np.minimum(direct_weight, best2)
+        count = (direct_weight == best).astype(np.int64) + np.where(best2 == best, count2, 0)
+        longer = e.min_out[s] + e.shortest + e.min_in[t]
+        ok = (count == 1) & (best * (1.0 + 1e-12) < longer)  # a margin against rounding in the sums
+        one = ok & (direct_weight == best)
+        for k in np.flatnonzero(one).tolist():
+            link = e.links[direct[k]]
+            found[pairs[k]] = Route(np.array([link], dtype=np.int64), float(self.latency_s[link]),
+                                    float(self.capacity_Bps[link]))
+        two = np.flatnonzero(ok & ~one)
+        both = np.stack([e.links[via_first[two]], e.links[via_second[two]]], axis=1)
+        latency = self.latency_s[both[:, 0]] + self.latency_s[both[:, 1]]
+        bottleneck = np.minimum(self.capacity_Bps[both[:, 0]], self.capacity_Bps[both[:, 1]])
+        for k, links, lat, cap in zip(two.tolist(), both, latency.tolist(), bottleneck.tolist()):
+            found[pairs[k]] = Route(links, lat, cap)
+        return found
+
     def _search_routes(self, missing: list[tuple[str, str]]) -> None:
         """The routes Dijkstra's search from each source finds when it takes vertices of
         equal distance highest first, as scipy's did (gansim's routes before it searched
@@ -326,8 +391,13 @@ class Topology:
         hub = self._hub_routing
         graph = self._routing[2]
         by_source: dict[str, list[str]] = {}
-        for src, dst in missing:
-            by_source.setdefault(src, []).append(dst)
+        found = self._short_routes(np.array([self._vertex(src, "out") for src, _ in missing], dtype=np.int64),
+                                   np.array([self._vertex(dst, "in") for _, dst in missing], dtype=np.int64))
+        for (src, dst), route in zip(missing, found):
+            if route is None:
+                by_source.setdefault(src, []).append(dst)
+            else:
+                self._routes[(src, dst)] = route
         for src, dsts in by_source.items():
             start = self._vertex(src, "out")
             targets = {dst: self._vertex(dst, "in") for dst in dsts}
@@ -355,6 +425,60 @@ class _HubRouting:
     to_hub: list[dict[int, float]]
     skip: frozenset[int]
     into: list[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
+
+
+@dataclass(frozen=True)
+class _Edges:
+    """A routing graph's edges as arrays: sorted by (from, to), with their weights and
+    directed links; where each vertex's edges out start, and (through `in_order`, the
+    edges sorted by (to, from)) its edges in; each vertex's lightest edge out and in."""
+
+    n: int
+    rows: np.ndarray
+    cols: np.ndarray
+    weights: np.ndarray
+    links: np.ndarray
+    out_start: np.ndarray  # n + 1
+    in_order: np.ndarray
+    in_start: np.ndarray  # n + 1
+    min_out: np.ndarray
+    min_in: np.ndarray
+    shortest: float
+
+    @classmethod
+    def build(cls, n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, links: np.ndarray) -> "_Edges":
+        in_order = np.lexsort((rows, cols))
+        min_out, min_in = np.full(n, np.inf), np.full(n, np.inf)
+        np.minimum.at(min_out, rows, weights)
+        np.minimum.at(min_in, cols, weights)
+        return cls(n, rows, cols, weights, links, np.searchsorted(rows, np.arange(n + 1)), in_order,
+                   np.searchsorted(cols[in_order], np.arange(n + 1)), min_out, min_in,
+                   float(weights.min()) if weights.size else np.inf)
+
+    @property
+    def out_degree(self) -> np.ndarray:
+        return np.diff(self.out_start)
+
+    @property
+    def in_degree(self) -> np.ndarray:
+        return np.diff(self.in_start)
+
+    def find(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The edge from each row to each col (-1: none)."""
+        keys = self.rows * self.n + self.cols  # sorted, as the edges are
+        wanted = rows * self.n + cols
+        if keys.size == 0:
+            return np.full(wanted.size, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+        return np.where(keys[at] == wanted, at, -1)
+
+    @staticmethod
+    def expand(start: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every position from start[v] to start[v + 1] for each of `vertices`, and which of
+        them it is for."""
+        lo, count = start[vertices], start[vertices + 1] - start[vertices]
+        owner = np.repeat(np.arange(vertices.size), count)
+        return np.arange(count.sum()) + np.repeat(lo - (np.cumsum(count) - count), count), owner
 
 
 class _Walk:

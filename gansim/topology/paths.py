@@ -27,6 +27,11 @@ class Digraph:
         self.out: list[list[tuple[int, float]]] = [pairs[bounds[v]:bounds[v + 1]] for v in range(n)]
         self._arrays = (rows, cols, weights)
 
+    @property
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every edge's (from, to, weight), sorted by from, then to."""
+        return self._arrays
+
     def degree(self) -> np.ndarray:
         return np.array([len(edges) for edges in self.out])
 
