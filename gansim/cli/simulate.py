@@ -4,7 +4,6 @@ Dask cluster, with progress on stderr; every output written into --out."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import socket
 import sys
@@ -148,7 +147,11 @@ def check_dask_scheduler(host: str, port: int, address: str) -> None:
     """Fail within seconds when nothing listens at the address (refused at once), the host
     is unknown, or what listens is not a Dask scheduler: distributed.Client waits out its
     timeout on a refusal and waits forever for the handshake of a server that is not Dask."""
-    from distributed.comm import connect  # the optional dask extra, imported when asked for
+    # imported only when a Dask address is given: the optional dask extra, and asyncio (with
+    # ssl, ~40 ms) that no local run needs
+    import asyncio
+
+    from distributed.comm import connect
 
     where = f"{host}:{port}"
     try:

@@ -1,7 +1,9 @@
-"""A topology as a picture: node positions (a deterministic layered layout of the networkx
-graph) and a plotly figure with one colour per link kind, each link labelled with its
-bandwidth. A cluster of many machines is drawn one marker per machine (its GPUs, switches
-and NICs collapsed), beside a full drawing of its first machine."""
+"""A topology as a picture: node positions (a deterministic layered layout of its links)
+and a plotly figure with one colour per link kind, each link labelled with its bandwidth.
+A cluster of many machines is drawn one marker per machine (its GPUs, switches and NICs
+collapsed), beside a full drawing of its first machine. The links are read as a plain
+adjacency (`Adjacency`), not through networkx, whose import alone costs `gansim simulate`
+a fifth of a second."""
 
 from __future__ import annotations
 
@@ -35,6 +37,32 @@ GROUP = 8  # rank devices drawn as one where machines hold one each
 LEVEL = {"switch": 3.2, "nic": 1.9, "nvswitch": 1.0, "pcie_switch": -1.0, "host": -2.0}
 
 
+class Adjacency:
+    """The undirected links of a topology, one per pair of nodes (a later link between the
+    same pair updates the first one's figures), in the order networkx's Graph gives them:
+    a node's neighbours in the order their links come, each link once, from the end that
+    comes first among the nodes."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.neighbours: dict[str, dict[str, dict[str, Any]]] = {node: {} for node in topo.nodes}
+        for link in topo.links:
+            figures = self.neighbours[link.a].get(link.b, {})
+            figures.update(kind=link.kind, bandwidth_GBps=link.bandwidth_GBps, latency_us=link.latency_us)
+            self.neighbours[link.a][link.b] = figures
+            self.neighbours[link.b][link.a] = figures
+
+    def edges(self) -> list[tuple[str, str, dict[str, Any]]]:
+        done: set[str] = set()
+        edges = []
+        for node, around in self.neighbours.items():
+            edges += [(node, other, figures) for other, figures in around.items() if other not in done]
+            done.add(node)
+        return edges
+
+    def has_edge(self, u: str, v: str) -> bool:
+        return v in self.neighbours.get(u, {})
+
+
 def positions(topo: Topology) -> dict[str, tuple[float, float]]:
     """A deterministic, layered picture: each machine (the nodes that reach each other
     without a `net` link) gets its own stretch of the x axis; its rank devices sit on a
@@ -42,7 +70,7 @@ def positions(topo: Topology) -> dict[str, tuple[float, float]]:
     NVLink mesh or ring), NVSwitches and NICs above them, PCIe switches and hosts below,
     network switches on top; every other node is placed above or below the mean x of the
     neighbours already placed, spread so that none overlap."""
-    graph = topo.graph
+    neighbours = Adjacency(topo).neighbours
     machine = topo.machine_of
     ranks = set(topo.ranks)
     pos: dict[str, tuple[float, float]] = {}
@@ -54,7 +82,7 @@ def positions(topo: Topology) -> dict[str, tuple[float, float]]:
         members = [n for n in machines[m] if n in ranks]
         if not members:
             continue
-        meshed = any(v in ranks for u in members for v in graph.neighbors(u))
+        meshed = any(v in ranks for u in members for v in neighbours[u])
         n = len(members)
         if meshed and n > 2:
             radius = max(1.0, n / (2 * math.pi) * 1.2)
@@ -77,8 +105,8 @@ def positions(topo: Topology) -> dict[str, tuple[float, float]]:
             break
         later = []
         for node in pending:
-            placed = [pos[nb][0] for nb in graph.neighbors(node) if nb in pos]
-            if not placed and any(nb in pending for nb in graph.neighbors(node)) and len(later) < len(pending):
+            placed = [pos[nb][0] for nb in neighbours[node] if nb in pos]
+            if not placed and any(nb in pending for nb in neighbours[node]) and len(later) < len(pending):
                 later.append(node)
                 continue
             x = sum(placed) / len(placed) if placed else x0
@@ -245,13 +273,14 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
     """The topology drawing. `highlight` maps an undirected link (u, v) to a note; those
     links are drawn thick and red (e.g. the bottleneck of some run)."""
     pos = positions(topo)
-    graph = topo.graph
+    adjacency = Adjacency(topo)
+    links = adjacency.edges()
     fig = Figure()
     by_kind: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
-    for u, v, attrs in graph.edges(data=True):
+    for u, v, attrs in links:
         by_kind.setdefault(attrs["kind"], []).append((u, v, attrs))
-    max_bw = max((a["bandwidth_GBps"] for _, _, a in graph.edges(data=True)), default=1.0)
-    label_links = graph.number_of_edges() <= LINK_LABEL_MAX_LINKS
+    max_bw = max((a["bandwidth_GBps"] for _, _, a in links), default=1.0)
+    label_links = len(links) <= LINK_LABEL_MAX_LINKS
     for kind in sorted(by_kind):
         edges = by_kind[kind]
         # line width grows with the log of the bandwidth; one trace per width keeps it cheap
@@ -282,7 +311,7 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
     if highlight:
         xs, ys, hx, hy, notes = [], [], [], [], []
         for (u, v), note in sorted(highlight.items()):
-            if not graph.has_edge(u, v):
+            if not adjacency.has_edge(u, v):
                 continue
             xs += [pos[u][0], pos[v][0], None]
             ys += [pos[u][1], pos[v][1], None]
@@ -322,7 +351,7 @@ def topology_figure(topo: Topology, *, highlight: dict[tuple[str, str], str] | N
                                  textfont={"size": 10}, hovertext=hover, hoverinfo="text",
                                  name=f"{kind} ({len(nodes)})"))
     fig.update_layout(
-        title=title or f"{topo.name}: {len(topo.ranks)} rank devices, {graph.number_of_edges()} full-duplex links",
+        title=title or f"{topo.name}: {len(topo.ranks)} rank devices, {len(links)} full-duplex links",
         xaxis={"visible": False}, yaxis={"visible": False}, height=560, hovermode="closest",
         legend={"itemsizing": "constant"},
     )

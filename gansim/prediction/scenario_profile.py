@@ -13,26 +13,18 @@ The link figures come from the profile only on the machine it was measured on: `
 calibrated` is that machine as `gansim predict --profile` simulates it (ranks on its cores,
 rank to rank at the fitted alpha and beta, each rank's compute slowed by the measured core
 sharing at that rank count). On any other topology the links are the topology's: the fitted
-alpha and beta say nothing of another machine's links."""
+alpha and beta say nothing of another machine's links.
+
+This module is what loading any scenario imports; the rest (the calibration profile's models,
+the calibrated machine, the roofline: gansim/prediction/profiled_scenario.py) is imported only
+for a scenario that names a profile, so that `gansim simulate` of any other starts sooner."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from gansim.calibration.profile import Profile, load_profile
-from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse, validation_error
+from gansim.core.config import Scenario
 from gansim.core.errors import UserInputError
-from gansim.prediction.calibrated import (
-    profile_options,
-    profile_topology,
-    profile_workload,
-    sharing_factor,
-    without_core_pools,
-)
-from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.scenario import LoadedScenario
 
 
@@ -72,59 +64,7 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
         raise UserInputError("a scenario with a profile simulates the profile's workload; remove the workload "
                              "sweep axis or the profile", source=loaded.source, field="sweep.workload")
     path = profile_path(loaded)
-    profile = load_profile(path)
-    topologies = set(topology_names(scenario))
-    sharing: dict[int, float] = {}
-    if CALIBRATED in topologies:
-        if len(topologies) > 1:
-            raise UserInputError(f"topology {CALIBRATED!r} (the machine the profile was measured on) cannot be swept "
-                                 "with other topologies", source=loaded.source, field="sweep.topology")
-        machine = without_core_pools(profile_topology(profile, max(scenario.gpus)))
-        loaded = dataclasses.replace(loaded, machines=((CALIBRATED, machine),))
-        sharing = {gpus: sharing_factor(profile, gpus) for gpus in sorted(set(scenario.gpus) | {1})}
-    data = scenario.model_dump(exclude_none=False)
-    try:
-        workload = profiled_workload(profile, loaded, str(path))
-    except ValidationError as err:  # a phase moved to a far slower GPU: beyond the range of a duration
-        problem = validation_error(err, str(path))
-        raise UserInputError(f"profile {path} on this topology gives {problem.field} out of range: {problem.message}",
-                             source=loaded.source, field="profile") from None
-    data["workload"] = workload.model_copy(update={"core_sharing": sharing}).model_dump()
-    data["options"] = {**profile_options(profile), **scenario.options.model_dump(exclude_unset=True)}
-    return dataclasses.replace(loaded, scenario=parse(Scenario, data, loaded.source))
+    # imported here, not above: ~25 ms of start-up that a scenario without a profile never needs
+    from gansim.prediction.profiled_scenario import with_profile
 
-
-def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str) -> ProfiledWorkloadSpec:
-    workload = profile_workload(profile)
-    phases = workload.measured
-    assert phases is not None
-    targets = {}
-    for name in topology_names(loaded.scenario):
-        topology = loaded.topology(loaded.scenario.model_copy(update={"topology": name}))
-        targets[topology.name] = target_device(topology)
-    devices = set(targets.values())
-    if len(devices) > 1:
-        raise UserInputError(f"the swept topologies {', '.join(sorted(targets))} have different rank devices; a "
-                             "profile's compute is moved to one device, so sweep topologies of one kind",
-                             source=loaded.source, field="sweep.topology")
-    (target,) = devices
-    if needs_scaling(profile, target):
-        if target is None:
-            raise UserInputError(f"the topology's ranks are CPUs but profile {path} was measured on "
-                                 f"{profile.provenance.device!r}; allowed: a topology of GPUs",
-                                 source=loaded.source, field="topology")
-        try:
-            source = measured_device(profile)
-        except UserInputError:
-            raise UserInputError(
-                f"profile {path} was measured on {profile.provenance.device!r}, whose peak FLOP/s and memory "
-                "bandwidth gansim does not know, so its compute cannot be moved to the topology's GPU; add its "
-                "datasheet figures to the profile as provenance.device_tflops and "
-                "provenance.device_memory_bandwidth_GBps", source=loaded.source, field="profile") from None
-        phases, _ = scale_phases(phases, profile.measured.phase_costs, source, target)
-    return ProfiledWorkloadSpec(
-        name=workload.name, from_profile=path, d_steps_per_g_step=workload.d_steps_per_g_step,
-        phases=StepPhaseFigures(**dataclasses.asdict(phases)),
-        d_param_tensors=list(workload.d_param_tensors), g_param_tensors=list(workload.g_param_tensors),
-        d_buffer_bytes=workload.d_buffer_bytes, g_buffer_bytes=workload.g_buffer_bytes,
-    )
+    return with_profile(loaded, path, topology_names(scenario), CALIBRATED)
