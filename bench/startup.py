@@ -31,7 +31,9 @@ def timed(code: str, checkout: str | None = None) -> tuple[float, float]:
     """Wall s and CPU s (user + system, from wait4) of `python -c code` in a fresh process
     that imports gansim from `checkout` (default: this one): `python -c` looks in its
     working directory first, then PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout or ROOT, os.environ.get("PYTHONPATH")]))}
+    # bytecode written and read, as a pip install leaves the package (see command_scale.py)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+           "PYTHONPATH": os.pathsep.join(filter(None, [checkout or ROOT, os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, env=env, cwd=checkout or ROOT)
     _, status, usage = os.wait4(proc.pid, 0)
