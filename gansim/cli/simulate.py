@@ -19,7 +19,7 @@ from gansim.core.version import __version__
 from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS
 from gansim.outputs.results import table, to_json, write_run_outputs
 from gansim.outputs.trace import run_details
-from gansim.runner.scenario import LoadedScenario
+from gansim.runner.scenario import LoadedScenario, planned_baselines
 from gansim.runner.sweep import TRACE_POLICIES, ScenarioResult
 from gansim.whatif.study import count_runs, load_scenario, run_scenario
 
@@ -96,15 +96,17 @@ def make_progress(total: int) -> tuple[Callable[[int, int], None] | None, Callab
     return update, bar.close
 
 
-def make_executor(spec: str, workers: int | None, runs: int) -> tuple[Executor | None, Callable[[], None]]:
+def make_executor(spec: str, workers: int | None, runs: int, baselines: int = 0) -> tuple[Executor | None,
+                                                                                       Callable[[], None]]:
     """`local` (a process pool; serial when one worker or one run suffices; never more
-    processes than runs) or `dask://HOST:PORT` (a Dask cluster through
+    processes than runs, not counting `baselines` of them, 1-GPU runs so cheap that they
+    never need a process of their own) or `dask://HOST:PORT` (a Dask cluster through
     distributed.Client.get_executor(), after checking within seconds that a Dask scheduler
     answers there)."""
     if spec == "local":
         if workers is not None:
             limits.WORKERS.check(workers, field="--workers")
-        count = min(workers if workers is not None else (os.cpu_count() or 1), runs)
+        count = min(workers if workers is not None else (os.cpu_count() or 1), runs - baselines)
         if count <= 1:
             return None, lambda: None
         pool = ProcessPoolExecutor(max_workers=count)
@@ -188,7 +190,7 @@ def run_on_executor(loaded: LoadedScenario, executor_spec: str, workers: int | N
                     traces: str | None) -> ScenarioResult:
     """Run a scenario's points on the executor asked for, with progress on stderr."""
     runs = count_runs(loaded)
-    executor, close = make_executor(executor_spec, workers, runs)
+    executor, close = make_executor(executor_spec, workers, runs, planned_baselines(loaded.scenario))
     where = "serially" if executor is None else (f"on {executor_spec}" if executor_spec != "local"
                                                  else "on a local process pool")
     print(f"gansim {__version__}: simulating {loaded.scenario.name} ({runs} runs, {where})", file=sys.stderr)

@@ -94,7 +94,13 @@ def planned_runs(s: Scenario) -> int:
     """How many points the scenario simulates, 1-GPU baselines included (counted, not
     enumerated: a sweep may multiply to millions)."""
     combinations = math.prod(len(values) for values in s.sweep.values())
-    return combinations * (len(s.algorithms) * len(s.gpus) + (0 if 1 in s.gpus else 1))
+    return combinations * len(s.algorithms) * len(s.gpus) + planned_baselines(s)
+
+
+def planned_baselines(s: Scenario) -> int:
+    """How many of the planned runs are 1-GPU baselines the scenario does not list: one per
+    sweep combination, for its speed-ups."""
+    return 0 if 1 in s.gpus else math.prod(len(values) for values in s.sweep.values())
 
 
 def sweep_combinations(s: Scenario) -> list[dict[str, Any]]:
