@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import statistics
 import subprocess
@@ -142,13 +143,16 @@ def main() -> int:
     print("| topology | algorithm | workload | GPUs | wall s | CPU s | peak MB | wall x per doubling | "
           "memory x per doubling |")
     print("|---|---|---|---|---|---|---|---|---|")
-    previous: dict[tuple, dict[str, float]] = {}
+    previous: dict[tuple, tuple[int, dict[str, float]]] = {}
     for kind, algorithm, workload, gpus, f in rows:
         key = (kind, algorithm, workload)
-        before = previous.get(key)
-        growth_t = f"{f['wall'] / before['wall']:.2f}" if before else ""
-        growth_m = f"{f['rss'] / before['rss']:.2f}" if before else ""
-        previous[key] = f
+        growth_t = growth_m = ""
+        if key in previous:  # the geometric mean over the doublings since the previous size
+            before_gpus, before = previous[key]
+            doublings = math.log2(gpus / before_gpus)
+            growth_t = f"{(f['wall'] / before['wall']) ** (1 / doublings):.2f}"
+            growth_m = f"{(f['rss'] / before['rss']) ** (1 / doublings):.2f}"
+        previous[key] = (gpus, f)
         more = ">" if f["timed_out"] else ""
         print(f"| {kind} | {algorithm} | {workload} | {gpus} | {more}{f['wall']:.2f} ({f['wall_min']:.2f}-"
               f"{f['wall_max']:.2f}) | {more}{f['cpu']:.2f} | {more}{f['rss']:.0f} | {growth_t} | {growth_m} |")
