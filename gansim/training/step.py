@@ -245,7 +245,7 @@ def _shared_what_ran_alone(timeline: RunTimeline) -> bool:
     g, ex = timeline.graph, timeline.execution
     plays = [span.play for span in timeline.spans if span.play is not None]
     alone = np.flatnonzero(ran_alone(g.kind, g.route))
-    if not plays and alone.size < 2:
+    if not plays and not alone.size:
         return False
     network = timeline.cluster.network
     flows = np.flatnonzero(g.kind == FLOW)
