@@ -1,2 +1,2 @@
-"""Topologies: YAML files and registered generators -> a networkx graph of full-duplex
-links, with routes and directed-link tables."""
+"""Topologies: YAML files and registered generators -> nodes and full-duplex links, with
+routes and directed-link tables."""

@@ -1,6 +1,6 @@
 """Topology: nodes and full-duplex links, flattened into directed-link arrays that the flow
 network indexes, with cached shortest routes (latency, then hops). A networkx graph of it is
-built only when something asks for one (drawings, bisection bandwidth)."""
+built only when something asks for one (the bisection bandwidth of `gansim topology show`)."""
 
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ class Topology:
     @cached_property
     def graph(self) -> Any:
         """A networkx graph of the topology: nodes with their kind, links with their kind,
-        bandwidth and latency. networkx is imported here, not at the top: only drawings and
-        `gansim topology show` need it, and its import costs a fifth of a second."""
+        bandwidth and latency. networkx is imported here, not at the top: only the bisection
+        of `gansim topology show` needs it, and its import costs a fifth of a second."""
         import networkx as nx
 
         graph = nx.Graph()
