@@ -245,6 +245,26 @@ def test_gpu_compute_timed_as_delays_times_like_the_flow_network(monkeypatch, to
     assert as_delays["breakdown"] == pytest.approx(as_flows["breakdown"], rel=1e-9)
 
 
+def test_compute_phases_that_meet_keep_the_plays_when_only_they_met(monkeypatch):
+    """fp16 compression beside the next bucket's backward: the run is played again with the
+    compute phases as flows, but its all-reduces, which met nothing, stay played."""
+    def run(fast: bool):
+        monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0 if fast else 10**18)
+        monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0 if fast else 10**18)
+        topo = topology_from_dict({"name": "switch", **TOPOLOGIES["switch"]}, "test")
+        scenario = Scenario(name="t", topology="t", workload="paper-mlp-gan", gpus=[12], algorithms=["ring"],
+                            steps=3, options=TrainingOptions(overlap=True, gradient_dtype="fp16"))
+        seen = []
+        record = simulate_point(scenario, topo, 12, "ring", on_timeline=lambda tl: seen.append(
+            (sum(s.play is not None for s in tl.spans), int(ran_alone(tl.graph.kind, tl.graph.route).sum()))))
+        return record, seen[0]
+
+    fast, (plays, delays) = run(True)
+    flowed, (none, _) = run(False)
+    assert plays > 0 and delays == 0 and none == 0
+    assert_same(fast, flowed)
+
+
 def test_compute_phases_that_meet_on_one_gpu_are_played_again_on_the_flow_network(monkeypatch):
     """fp16 gradients are compressed by the GPU while, with overlap, its backward of the next
     bucket runs: two phases on one compute resource, which share it on the flow network."""

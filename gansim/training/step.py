@@ -95,7 +95,7 @@ def ddp_buckets(tensor_bytes: list[float], first_bucket: float, bucket: float) -
 
 
 class StepBuilder:
-    def __init__(self, cluster: Cluster, graph: TaskGraph, comm: Communicator, point: RunPoint):
+    def __init__(self, cluster: Cluster, graph: TaskGraph, comm: Communicator, point: RunPoint, alone: bool):
         self.cluster = cluster
         self.graph = graph
         self.comm = comm
@@ -105,12 +105,11 @@ class StepBuilder:
         bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
-        # Large runs of GPU ranks time each compute phase, input phase and host-to-device
-        # copy as a delay instead of a flow alone on the rank's own resources (simulate()
-        # checks afterwards that nothing else used those resources at the same time, and
-        # plays the run on the flow network again if something did).
-        large = (comm.uncontended_min_transfers is not None
-                 and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS)
+        # With `alone`, large runs of GPU ranks time each compute phase, input phase and
+        # host-to-device copy as a delay instead of a flow alone on the rank's own resources
+        # (simulate() checks afterwards that nothing else used those resources at the same
+        # time, and plays the run again with them as flows if something did).
+        large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
         self.h2d_kind = DELAY if large and cluster.private_h2d() else FLOW
@@ -228,25 +227,37 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     Large all-reduces that nothing contends with are played without the flow network
     (gansim/collectives/uncontended.py), keeping their first `keep_transfers` transfers for
     the details; from UNCONTENDED_MIN_RANKS GPU ranks, compute phases, input phases and
-    host-to-device copies alone on their resources are delays. If, after the run, something
-    turns out to have shared a play's resources or such a delay's, the run is played again
-    wholly on the flow network."""
+    host-to-device copies alone on their resources are delays. If, after the run, such a
+    delay turns out to have shared its resources with something (fp16 compression beside
+    the next bucket's backward on one GPU), the run is played again with that work as flows;
+    if a play did, wholly on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
-    timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold)
-    if _shared_what_ran_alone(timeline):
-        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None)
+    timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
+                         uncontended)
+    shared = _what_was_shared(timeline)
+    if shared == _WORK:
+        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
+                             False)
+        shared = _what_was_shared(timeline)
+    if shared is not None:
+        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False)
     return timeline
 
 
-def _shared_what_ran_alone(timeline: RunTimeline) -> bool:
-    """Whether a play, or a delay timed as running alone on its route, shared a resource at
-    the same time with anything else (a flow, a play, another such delay); host core pools
+# what _what_was_shared finds: a play met something, or only work timed as alone did
+_PLAYS, _WORK = "plays", "work"
+
+
+def _what_was_shared(timeline: RunTimeline) -> str | None:
+    """_PLAYS when a play shared a resource at the same time with anything else (a flow,
+    another play, a delay timed as alone on its route) or left a rank early; else _WORK when
+    such a delay shared one with a flow or another such delay; else None. Host core pools
     that cannot bind (Cluster.idle_pools) are no one's to share."""
     g, ex = timeline.graph, timeline.execution
     plays = [span.play for span in timeline.spans if span.play is not None]
     alone = np.flatnonzero(ran_alone(g.kind, g.route))
     if not plays and not alone.size:
-        return False
+        return None
     network = timeline.cluster.network
     flows = np.flatnonzero(g.kind == FLOW)
     flow_row, flow_resource = network.route_pairs(g.route[flows])
@@ -255,13 +266,17 @@ def _shared_what_ran_alone(timeline: RunTimeline) -> bool:
     idle[list(timeline.cluster.idle_pools)] = True
     keep = ~idle[alone_resource]
     alone_row, alone_resource = alone_row[keep], alone_resource[keep]
-    return uncontended_plays.contended(
-        plays, flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row],
-        alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
+    flow_rows = (flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row])
+    alone_rows = (alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
+    # first as flows would be (a play beside them stays contended whatever they become)
+    if plays and uncontended_plays.contended(plays, *(np.concatenate(x) for x in zip(flow_rows, alone_rows))):
+        return _PLAYS
+    return _WORK if uncontended_plays.contended([], *flow_rows, *alone_rows) else None
 
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
-              gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None) -> RunTimeline:
+              gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
+              alone: bool) -> RunTimeline:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -270,7 +285,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                         gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
                         nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto,
                         uncontended_min_transfers=uncontended_min_transfers, keep_transfers=keep_transfers)
-    builder = StepBuilder(cluster, graph, comm, point)
+    builder = StepBuilder(cluster, graph, comm, point, alone)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
     if isinstance(workload, AllreduceWorkload):
