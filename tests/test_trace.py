@@ -186,3 +186,15 @@ def test_simulate_writes_one_trace_per_run(tmp_path):
     assert main(["simulate", "paper-table3", "--out", str(tmp_path), "--traces", "none"]) == 0
     assert not list((tmp_path / "traces").glob("*.json"))
     assert "gantt" in (tmp_path / "report.html").read_text()  # the report keeps its Gantt
+
+
+def test_lanes_are_first_fit_within_each_owner_and_track():
+    from gansim.outputs.trace import first_fit_lanes
+
+    owner = np.array([0, 0, 0, 0, 1, 1, 0])
+    track = np.array([0, 0, 0, 0, 0, 0, 1])
+    start = np.array([0.0, 1.0, 1.5, 3.0, 0.0, 1.0, 0.5])
+    end = np.array([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 5.0])
+    # rank 0's first track: [0,1] [1,2] touch (lane 0), [1.5,3] overlaps [1,2] (lane 1), [3,4]
+    # fits lane 0 again; rank 1 never overlaps; another track is a group of its own
+    assert first_fit_lanes(owner, track, start, end).tolist() == [0, 0, 1, 0, 0, 0, 0]

@@ -102,6 +102,16 @@ def first_fit_lanes(owner: np.ndarray, track: np.ndarray, start: np.ndarray, end
     (touching ends are allowed); as few lanes as the overlap needs."""
     lanes = np.zeros(owner.size, dtype=np.int64)
     order = np.lexsort((end, start, track, owner))
+    if order.size > 1:
+        # a group whose every interval starts where or after the one before it ends keeps
+        # lane 0 throughout: only groups with an overlap need the first-fit walk
+        o, t = owner[order], track[order]
+        new_group = np.ones(order.size, dtype=bool)
+        new_group[1:] = (o[1:] != o[:-1]) | (t[1:] != t[:-1])
+        group = np.cumsum(new_group) - 1
+        overlap = np.zeros(order.size, dtype=bool)
+        overlap[1:] = ~new_group[1:] & (start[order[1:]] < end[order[:-1]])
+        order = order[np.isin(group, group[overlap])]
     key = None
     lane_ends: list[float] = []
     for i in order:
@@ -348,6 +358,17 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
 
     num_links = topo.num_links
     path_of: dict[int, tuple[str, str, str]] = {}  # route id -> (sender, receiver, "a b c")
+    sends = np.flatnonzero(iv.track == 5)
+    send_routes = np.unique(iv.route[sends])
+    if send_routes.size:  # every route that crosses links, at once; path() does the others
+        route_of, resource = cluster.network.route_pairs(send_routes)
+        bounds = np.searchsorted(route_of, np.arange(send_routes.size + 1)).tolist()
+        resources = resource.tolist()
+        for i, route in enumerate(send_routes.tolist()):
+            hops = [topo.link_names[x] for x in resources[bounds[i]:bounds[i + 1]] if x < num_links]
+            if hops:
+                nodes = [h.split("->", 1)[0] for h in hops] + [hops[-1].split("->", 1)[1]]
+                path_of[route] = (nodes[0], nodes[-1], " ".join(nodes))
 
     def path(route: int, rank: int) -> tuple[str, str, str]:
         found = path_of.get(route)
@@ -365,7 +386,6 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
 
     # a transfer shows on its sender's process (a parameter server's host is not a rank)
     pids = rank_pid[iv.owner] if iv.owner.size else np.zeros(0, np.int64)
-    sends = np.flatnonzero(iv.track == 5)
     pids[sends] = [pid_of[path(r, k)[0]] for r, k in zip(iv.route[sends].tolist(), iv.owner[sends].tolist())]
     lanes = first_fit_lanes(pids, iv.track, iv.start, iv.end)
     link_src = [name.split("->", 1)[0] for name in topo.link_names]
