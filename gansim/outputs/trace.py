@@ -360,7 +360,7 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
     path_of: dict[int, tuple[str, str, str]] = {}  # route id -> (sender, receiver, "a b c")
     sends = np.flatnonzero(iv.track == 5)
     send_routes = np.unique(iv.route[sends])
-    if send_routes.size:  # every route that crosses links, at once; path() does the others
+    if send_routes.size:  # every send's route that crosses links, at once
         route_of, resource = cluster.network.route_pairs(send_routes)
         bounds = np.searchsorted(route_of, np.arange(send_routes.size + 1)).tolist()
         resources = resource.tolist()
@@ -371,17 +371,12 @@ def chrome_trace(timeline: RunTimeline, title: str, steps: int = TRACE_STEPS,
                 path_of[route] = (nodes[0], nodes[-1], " ".join(nodes))
 
     def path(route: int, rank: int) -> tuple[str, str, str]:
+        """A send's path; one that crosses no link stays on the node of the first rank
+        that sent on it."""
         found = path_of.get(route)
         if found is None:
-            hops = [topo.link_names[x] for x in cluster.network.route_pairs(np.array([route]))[1].tolist()
-                    if x < num_links]
-            if hops:
-                nodes = [h.split("->", 1)[0] for h in hops] + [hops[-1].split("->", 1)[1]]
-                found = (nodes[0], nodes[-1], " ".join(nodes))
-            else:
-                node = cluster.rank_nodes[rank]
-                found = (node, node, node)
-            path_of[route] = found
+            node = cluster.rank_nodes[rank]
+            found = path_of[route] = (node, node, node)
         return found
 
     # a transfer shows on its sender's process (a parameter server's host is not a rank)
