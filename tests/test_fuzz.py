@@ -898,18 +898,48 @@ def test_faults_that_never_let_a_segment_finish_end_the_run_unfinished(tmp_path)
     assert all(run["finished"] is False for run in runs)
 
 
-def test_ctrl_c_while_simulating_is_one_line_and_keeps_the_earlier_results(tmp_path):
+# Runs gansim with every run point held until the command has taken its SIGINT: the signal
+# is sent when a point reports that it started, and no point can finish before the command
+# has seen the signal, however fast the machine (a process pool's forked workers inherit
+# the held function).
+HELD_POINTS = """
+import signal, sys, time
+from pathlib import Path
+import gansim.runner.sweep as sweep
+from gansim.cli.main import main
+
+released = Path("released")
+real = sweep.run_one_detailed
+
+def held(request):
+    print("test: a point started", file=sys.stderr, flush=True)
+    while not released.exists():
+        time.sleep(0.01)
+    return real(request)
+
+def interrupted(signum, frame):
+    released.touch()
+    raise KeyboardInterrupt
+
+sweep.run_one_detailed = held
+signal.signal(signal.SIGINT, interrupted)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_while_simulating_is_one_line_and_keeps_the_earlier_results(workers, tmp_path):
     write_files(tmp_path, {"box.yaml": BOX, "s.yaml": {**GOOD, "steps": 1}})
     assert main(["simulate", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")]) == 0
     before = contents(tmp_path / "o")
-    slow = {**GOOD, "steps": 1, "sweep": {"per_gpu_batch": list(range(1, 400))}}
-    write_files(tmp_path, {"s.yaml": slow})
-    proc = gansim(["simulate", "s.yaml", "--out", "o", "--workers", "2"], tmp_path)
+    write_files(tmp_path, {"s.yaml": {**GOOD, "steps": 1, "sweep": {"per_gpu_batch": [1, 2, 3, 4]}},
+                           "held.py": HELD_POINTS.encode()})
+    proc = subprocess.Popen([sys.executable, "held.py", "simulate", "s.yaml", "--out", "o", "--workers", workers],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    while "simulating" not in proc.stderr.readline():  # imported and loaded: now simulating
+    while "test: a point started" not in proc.stderr.readline():
         assert proc.poll() is None
-    time.sleep(1)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip().splitlines()[-1] == "gansim: interrupted"
     assert contents(tmp_path / "o") == before and no_leftovers(tmp_path / "o")
