@@ -28,6 +28,9 @@ def register(sub: Any) -> None:
                    help="nccl (what NCCL would run, default) or a textbook algorithm (all_reduce, broadcast only)")
     p.add_argument("--nccl-algo", choices=("ring", "tree", "nvls", "nvls_tree"), help="force NCCL's algorithm (NCCL_ALGO)")
     p.add_argument("--nccl-proto", choices=("LL", "LL128", "Simple"), help="force NCCL's protocol (NCCL_PROTO)")
+    p.add_argument("--nccl-version", metavar="X.Y[.Z]",
+                   help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
+                        "else the newest followed)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
     p.set_defaults(func=cmd_nccl_tests)
 
@@ -48,11 +51,22 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
         raise UserInputError(f"--op {args.op} is modelled for the nccl algorithm only", field="--op")
     sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"),
                         number(args.stepfactor, "-f"))
-    options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto)
+    from gansim.collectives.nccl_versions import era_for
+    from gansim.core.nccl_release import check_version
+
+    version = args.nccl_version
+    if version is not None:
+        try:
+            check_version(version)
+        except ValueError as exc:
+            raise UserInputError(str(exc), field="--nccl-version") from None
+    options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=version)
+    era = era_for(version or topology.nccl_version)
     rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology)
     human = sys.stderr if args.json else sys.stdout
     header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {topology.name}, algorithm {args.algorithm}"
-              + (" (NCCL v2.30.7 tuning model)" if args.algorithm == "nccl" else "") + ", flow model")
+              + (f" (NCCL {era.name} tuning model ({era.tag}))" if args.algorithm == "nccl" else "")
+              + ", flow model")
     print(format_table(rows, args.op, header), file=human)
     if args.json:
         sys.stdout.write(json.dumps({"topology": topology.name, "gpus": args.ngpus, "op": args.op,

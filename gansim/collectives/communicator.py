@@ -54,6 +54,7 @@ class Communicator:
     # the `nccl` algorithm: NCCL_ALGO / NCCL_PROTO, or None for NCCL's own choice
     nccl_algo: str | None = None
     nccl_proto: str | None = None
+    nccl_version: str | None = None
     # all-reduces of at least this many transfers that nothing contends with are played
     # by gansim/collectives/uncontended.py (None: never), keeping the run's first
     # `keep_transfers` transfers, in all, for its details
@@ -77,7 +78,7 @@ class Communicator:
     def nccl(self) -> nccl.NcclState:
         """NCCL's view of this run's machine and its tuning (built on first use)."""
         if self._nccl is None:
-            self._nccl = nccl.nccl_state(self.cluster)
+            self._nccl = nccl.nccl_state(self.cluster, self.nccl_version)
         return self._nccl
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:

@@ -30,16 +30,14 @@ import numpy as np
 
 from gansim.collectives.closed_forms import bus_factor
 from gansim.collectives.nccl_topology import Hop, NcclMachine, link_efficiency, shm_fraction
+from gansim.collectives.nccl_versions import arch_row, era_for
 from gansim.collectives.nccl_tuning import (
     LL,
     LL128,
-    LL_RING_FACTOR,
-    NVLS_EFFICIENCY,
     SIMPLE,
     Choice,
     Tuning,
     algo_latency_us,
-    arch_index,
     choose,
     tree_correction,
     tune,
@@ -62,9 +60,11 @@ class NcclState:
     plans: dict[tuple, "Plan"] = field(default_factory=dict)
 
 
-def nccl_state(cluster: Cluster) -> NcclState:
+def nccl_state(cluster: Cluster, nccl_version: str | None = None) -> NcclState:
+    """NCCL's view of the run's machine, tuned as release `nccl_version` tunes it (None: the
+    topology's own `nccl_version`, else the newest release the model follows)."""
     machine = NcclMachine.build(cluster.topology, cluster.ranks)
-    return NcclState(machine, tune(machine))
+    return NcclState(machine, tune(machine, era_for(nccl_version or cluster.topology.nccl_version)))
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
         flows = _tree_flows(cluster, machine, nbytes, choice, kernels)
     else:
         kernels = entry.bandwidth_GBps  # algorithm bandwidth: NVLS flows carry the buffer once
-        flows = _nvls_flows(cluster, machine, coll, nbytes, a, kernels)
+        flows = _nvls_flows(cluster, machine, coll, nbytes, a, kernels, _nvls_efficiency(state))
     return Plan(coll, nbytes, choice, latency_us * 1e-6, flows, kernels)
 
 
@@ -128,7 +128,7 @@ def _ring_kernels(state: NcclState, coll: str, proto: str, fraction: float) -> f
     machine, tuning = state.machine, state.tuning
     graph_bus = machine.ring.channels * (machine.ring.bw_intra if machine.node_count <= 2 else machine.ring.bw_inter)
     if proto == LL:
-        return min(tuning.ll_max_bw, fraction * graph_bus * LL_RING_FACTOR)
+        return min(tuning.ll_max_bw, fraction * graph_bus * tuning.era.ll_ring_factor)
     if proto == LL128:
         return fraction * machine.ring.channels * tuning.per_channel_max_ring_ll128_bw
     return fraction * graph_bus if fraction < 1 else float("inf")
@@ -339,7 +339,7 @@ def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: C
 
 
 def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float, algo: str,
-                kernels_GBps: float) -> tuple[ChannelFlow, ...]:
+                kernels_GBps: float, efficiency: float) -> tuple[ChannelFlow, ...]:
     """NVLS: each GPU reduces its 1/p of the buffer in the switch (multimem.ld_reduce reads
     every GPU's copy of it) and multicasts the result (multimem.st): per GPU, its link to the
     switch carries n + n/p each way for an all-reduce (n/p + ... for all-gather and
@@ -347,7 +347,7 @@ def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
     double binary tree over the machines for each GPU's share, through that GPU's NIC."""
     topo = cluster.topology
     loads = _Loads(cluster, machine, SIMPLE, kernels_GBps)
-    from_nvls = 1.0 / _nvls_efficiency(machine)
+    from_nvls = 1.0 / efficiency
     for members in machine.nodes:
         p = len(members)
         up, down = (1 + 1 / p, 1 + 1 / p) if coll == "all_reduce" else (1 / p, 1.0)
@@ -379,9 +379,10 @@ def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
     return (ChannelFlow(nbytes, res, w, machine.nvls.channels if machine.nvls else 1),)
 
 
-def _nvls_efficiency(machine: NcclMachine) -> float:
+def _nvls_efficiency(state: NcclState) -> float:
     """tuning.cc nvlsEfficiency for the GPU generation (NVLS exists from Hopper on)."""
-    return NVLS_EFFICIENCY[arch_index(machine.capability)] or 1.0
+    era, machine = state.tuning.era, state.machine
+    return era.nvls_efficiency[arch_row(era, machine.capability, machine.max_capability)] or 1.0
 
 
 def play(cluster: Cluster, graph: TaskGraph, state: NcclState, entry: np.ndarray, coll: str, nbytes: float,

@@ -1,8 +1,10 @@
 """NCCL's tuning model: for each collective, algorithm and protocol, a latency (us) and a
-bandwidth (GB/s), and the choice among them for a message of n bytes, as NVIDIA/nccl
-v2.30.7-1 makes it (src/graph/tuning.cc ncclTopoTuneModel and ncclTopoGetAlgoTime,
-src/enqueue.cc topoGetAlgoInfo). Every constant below is NCCL's, quoted from those files;
-none is fitted to measurements.
+bandwidth (GB/s), and the choice among them for a message of n bytes, as NVIDIA/nccl makes it
+(src/graph/tuning.cc ncclTopoTuneModel and ncclTopoGetAlgoTime, src/enqueue.cc
+topoGetAlgoInfo) in the release a topology or scenario names (`nccl_version`, default the
+newest followed, v2.30.7-1): the figures that changed between releases are in
+gansim/collectives/nccl_versions.py, one era per change. Every constant is NCCL's, quoted
+from those files; none is fitted to measurements.
 
 What NCCL models and gansim keeps: Ring, Tree, NVLS and NVLS-Tree; the LL, LL128 and Simple
 protocols. Left out: CollNet (needs a SHARP network and NCCL_COLLNET_ENABLE, off by
@@ -15,30 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PXB, PATH_PXN, Graph, NcclMachine
+from gansim.collectives.nccl_versions import NEWEST, NcclEra, arch_row, table_row
 
 ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree")
 PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 LL, LL128, SIMPLE = PROTOCOLS
 
-# tuning.cc ncclTunerConstantsDefaults.baseLatencies, us: {LL, LL128, Simple}
-BASE_LATENCY = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
-                "nvls_tree": (0.0, 0.0, 0.0)}
-# tuning.cc hwLatencies[NVLINK | PCI | NET][algorithm][protocol], us per hop
-HW_LATENCY = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0)},
-    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9)},
-}
-# tuning.cc, by [Volta, Ampere, Hopper, Blackwell] x [1 node, 2 nodes, more]; llMaxBws'
-# first index is the GPU generation on one node and the CPU vendor (Intel, AMD) across nodes
-LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (2 * 141.0, 2 * 45.0, 2 * 35.0))
-PER_CH_MAX_RING_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
-PER_CH_MAX_TREE_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
-PER_CH_MAX_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
-PER_CH_MAX_NVLS_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-# tuning.cc nvlsEfficiency [Volta, Ampere, Hopper, Blackwell]
-NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)
+# NCCL_ALGO names in tuning.cc's hwLat rows
 # tuning.cc: "Trees are not perfectly sticking to the model for medium sizes": per protocol,
 # powers of two from 64 B
 TREE_CORRECTION = (
@@ -47,12 +33,12 @@ TREE_CORRECTION = (
     (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 )
 # tuning.cc protocol and algorithm factors on a graph's bandwidth
-LL_RING_FACTOR = 0.5  # "if (a == RING && p == LL) busBw = min(llMaxBw, busBw * .5)"
 LL128_RING_FACTOR = 0.92  # "busBw * (0.92 /*120.0/128.0*/)"
 TREE_FACTOR = 0.92  # "if (a == TREE && coll == AllReduce) busBw = min(busBw * .92, ...)"
 TREE_LL_DIVISOR = 3.8  # "if (a == TREE && p == LL) busBw = min(busBw * 1.0 / 3.8, llMaxBw)"
 TREE_LL128_FACTOR_ONE_NODE, TREE_LL128_FACTOR = 7.0 / 9.0, 120.0 / 128.0
 RING_PLATEAU = (1.9, 1.4)  # ncclTopoGetAlgoTime: ring Simple multi-node latency, before / from Ampere
+OLD_PLATEAU_BYTES_PER_RANK = 65536 / 16.0  # before 2.18: "nBytes >= nRanks/16.0*65536"
 # getNetOverhead, us: Intel 1.0, AMD 2.0, x3 for Simple
 NET_OVERHEAD = {"intel": 1.0, "amd": 2.0}
 # comm.h thread thresholds and device.h thread counts (enqueue.cc topoGetAlgoInfo channel tuning)
@@ -66,11 +52,6 @@ def log2i(n: int) -> int:
     return int(n).bit_length() - 1
 
 
-def arch_index(capability: int) -> int:
-    """tuning.cc compCapIndex: Volta 0 (and older), Ampere 1 (8.x), Hopper 2, Blackwell 3."""
-    return 3 if capability >= 100 else 2 if capability >= 90 else 1 if capability >= 80 else 0
-
-
 @dataclass(frozen=True)
 class Entry:
     latency_us: float
@@ -82,6 +63,7 @@ class Tuning:
     """comm->latencies and comm->bandwidths for every collective, algorithm and protocol."""
 
     machine: NcclMachine
+    era: NcclEra
     table: dict[tuple[str, str, str], Entry]
     ll_max_bw: float
     per_channel_max_ring_ll128_bw: float
@@ -101,18 +83,19 @@ def _graph_for(machine: NcclMachine, algo: str) -> Graph | None:
     return machine.nvls
 
 
-def tune(machine: NcclMachine) -> Tuning:
-    """tuning.cc ncclTopoTuneModel, with its enable rules (LL128 where NCCL enables it by
-    default; NVLS-Tree only across nodes; NVLS alone only inside one node without CollNet)."""
+def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
+    """tuning.cc ncclTopoTuneModel as the release of `era` has it, with its enable rules
+    (LL128 where NCCL enables it by default; NVLS-Tree only across nodes; NVLS alone only
+    inside one node without CollNet; NVLS and NVLS-Tree only in the releases that have them)."""
     nodes, ranks = machine.node_count, machine.ranks
-    cap = arch_index(machine.capability)
+    cap = arch_row(era, machine.capability, machine.max_capability)
     index2 = nodes - 1 if nodes <= 2 else 2
     index1 = cap if nodes == 1 else (1 if machine.cpu_vendor == "amd" else 0)
-    ll_max = LL_MAX_BWS[index1][index2]
-    tree_max = PER_CH_MAX_TREE_BWS[cap][index2]
-    ring_ll128_max = PER_CH_MAX_RING_LL128_BWS[cap][index2]
-    tree_ll128_max = PER_CH_MAX_TREE_LL128_BWS[cap][index2]
-    nvls_tree_max = PER_CH_MAX_NVLS_TREE_BWS[cap][index2]
+    ll_max = table_row(era.ll_max_bws, index1)[index2]
+    tree_max = table_row(era.per_ch_tree, cap)[index2]
+    ring_ll128_max = table_row(era.per_ch_ring_ll128, cap)[index2]
+    tree_ll128_max = table_row(era.per_ch_tree_ll128, cap)[index2]
+    nvls_tree_max = table_row(era.per_ch_nvls_tree, cap)[index2] if era.per_ch_nvls_tree else float("inf")
     ppn = ranks / nodes
     graphs = {a: _graph_for(machine, a) for a in ALGORITHMS}
     table: dict[tuple[str, str, str], Entry] = {}
@@ -125,7 +108,7 @@ def tune(machine: NcclMachine) -> Tuning:
             if coll in ("all_gather", "reduce_scatter") and algo not in ("ring", "nvls"):
                 continue
             graph = graphs[algo]
-            if graph is None:
+            if graph is None or (algo == "nvls" and era.nvls is None) or (algo == "nvls_tree" and not era.nvls_tree):
                 continue
             intra_hw = "nvlink" if graph.type_intra == PATH_NVL else "pci"
             hw = intra_hw if nodes == 1 else "net"
@@ -136,15 +119,15 @@ def tune(machine: NcclMachine) -> Tuning:
                 if algo in ("nvls", "nvls_tree"):
                     if graph.channels < 2:
                         continue
-                    intra_bw = graph.bw_intra * NVLS_EFFICIENCY[cap] * (graph.channels - 1) / graph.channels
-                    intra_bw *= 2.0 if coll == "all_reduce" else (ppn - 1) / ppn
-                    inter_bw = graph.bw_inter * (2 if nodes <= 2 and algo == "nvls_tree" else 1)
-                    bw = min(intra_bw, inter_bw, nvls_tree_max if algo == "nvls_tree" else float("inf"))
+                    bw = _nvls_bw(era, machine, graph, coll, algo, cap, ppn, nvls_tree_max)
                 bus = graph.channels * bw
+                if cap in era.bus_caps and algo in ("ring", "tree"):
+                    bus = min(bus, era.bus_caps[cap])
                 if algo == "ring" and proto == LL:
-                    bus = min(ll_max, bus * LL_RING_FACTOR)
+                    bus = min(ll_max, bus * era.ll_ring_factor)
                 if algo == "ring" and proto == LL128:
-                    bus = min(bus * LL128_RING_FACTOR, graph.channels * ring_ll128_max)
+                    factor = era.ll128_ring_one_gpu_per_node_factor if ppn < 2 else LL128_RING_FACTOR
+                    bus = min(bus * factor, graph.channels * ring_ll128_max)
                 if algo == "tree" and coll == "all_reduce":
                     bus = min(bus * TREE_FACTOR, graph.channels * tree_max)
                 if algo == "tree" and proto == LL:
@@ -152,50 +135,86 @@ def tune(machine: NcclMachine) -> Tuning:
                 if algo == "tree" and proto == LL128:
                     bus = min(bus * (TREE_LL128_FACTOR_ONE_NODE if nodes == 1 else TREE_LL128_FACTOR),
                               graph.channels * tree_ll128_max)
-                # bus bandwidth to algorithm bandwidth
+                # bus bandwidth to algorithm bandwidth (older eras' NVLS ratios are in _nvls_bw)
                 if not (algo != "ring" and coll in ("all_gather", "reduce_scatter")):
-                    bus *= ranks / nsteps if algo in ("ring", "nvls", "nvls_tree") else 0.5
-                latency = BASE_LATENCY[algo][p]
-                intra_lat = HW_LATENCY[intra_hw][algo][p]
-                inter_lat = HW_LATENCY["net"]["tree" if ppn == 1 else algo][p]  # + latencyInter (0: no plugin figure)
+                    if algo == "ring" or (algo in ("nvls", "nvls_tree") and era.nvls == "efficiency"):
+                        bus *= ranks / nsteps
+                    elif algo == "tree":
+                        bus *= 0.5
+                latency = era.base_latency[algo][p]
+                intra_lat = era.hw_latency[intra_hw][algo][p]
+                if nodes > 1 and proto == LL:
+                    intra_lat *= era.multi_node_ll_intra_factor
+                tree_net = era.one_gpu_per_node_tree_net_latency and ppn == 1
+                inter_lat = era.hw_latency["net"]["tree" if tree_net else algo][p]  # + latencyInter (0: no plugin figure)
                 if algo == "ring":
-                    lat = HW_LATENCY[hw][algo][p]
+                    lat = era.hw_latency[hw][algo][p]
                     if coll == "broadcast":
                         # rings in gansim are the same shape on every channel (sameChannels)
                         latency += lat
                     else:
                         overhead = 0.0
-                        if nodes > 1:
+                        if nodes > 1 and era.net_overhead:
                             overhead = NET_OVERHEAD[machine.cpu_vendor] * (3 if proto == SIMPLE else 1)
                         intra_lat = max(intra_lat, overhead)
-                        inter_steps = 0 if nodes == 1 else 2 * (nodes - 1) if coll == "all_reduce" else nodes - 1
+                        inter_steps = 0 if nodes == 1 else (nodes if era.inter_steps_all_nodes else nodes - 1) * (
+                            2 if coll == "all_reduce" else 1)
                         latency += (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
                 elif algo == "tree":
                     if coll == "all_reduce":
                         latency += 2 * ((ranks // nodes - 1) * intra_lat + log2i(nodes) * inter_lat)
                 elif algo == "nvls":
-                    latency = intra_lat + (inter_lat if nodes > 1 else 0.0)
+                    latency += intra_lat + (inter_lat if nodes > 1 else 0.0)
                 elif algo == "nvls_tree":
                     latency += intra_lat + 2 * log2i(nodes) * inter_lat
-                if not _enabled(machine, graph, algo, proto):
+                if not _enabled(era, machine, graph, algo, proto):
                     bus = 0.0
                 table[(coll, algo, proto)] = Entry(latency, bus)
-    return Tuning(machine, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
+    return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
 
 
-def _enabled(machine: NcclMachine, graph: Graph, algo: str, proto: str) -> bool:
-    """tuning.cc: LL128 only where NCCL enables it by default, NVLS-Tree only across nodes,
-    NVLS alone only inside one node (CollNet disabled)."""
+def _nvls_bw(era: NcclEra, machine: NcclMachine, graph: Graph, coll: str, algo: str, cap: int, ppn: float,
+             nvls_tree_max: float) -> float:
+    """NVLS (NVLS-Tree) algorithm bandwidth per channel, as the era's tuning.cc has it: 2.17
+    the ring graph's bandwidth x .75 (under the Hopper cap), 2.18-2.27 the NVLS graph's
+    (min of intra and inter) x 5/6 (2.18's NVLS-Tree x .70 nNodes / 2(nNodes - 1)), 2.28 on
+    nvlsEfficiency with a (channels - 1) / channels share."""
+    nodes = machine.node_count
+    if era.nvls == "ring_graph":
+        ring = machine.ring
+        return min(ring.channels * ring.bw_intra, era.bus_caps.get(cap, float("inf"))) * 0.75 / graph.channels
+    if era.nvls == "five_sixths":
+        if algo == "nvls":
+            bw = min(graph.bw_intra, graph.bw_inter) if nodes > 1 else graph.bw_intra
+        else:
+            bw = min(graph.bw_intra, graph.bw_inter if nodes <= 2 else graph.bw_inter / 2)
+        if coll in ("all_gather", "reduce_scatter"):
+            return bw  # no bus-to-algorithm ratio for these
+        if algo == "nvls_tree" and era.nvls_tree_ratio_2_18 and nodes > 1:
+            return bw * 0.70 * nodes / (2 * (nodes - 1))
+        return bw * 5.0 / 6.0
+    intra_bw = graph.bw_intra * era.nvls_efficiency[cap] * (graph.channels - 1) / graph.channels
+    intra_bw *= 2.0 if coll == "all_reduce" else (ppn - 1) / ppn
+    inter_bw = graph.bw_inter * (2 if nodes <= 2 and algo == "nvls_tree" else 1)
+    return min(intra_bw, inter_bw, nvls_tree_max if algo == "nvls_tree" else float("inf"))
+
+
+def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto: str) -> bool:
+    """tuning.cc: LL128 only where the era's NCCL enables it by default, NVLS-Tree only across
+    nodes, NVLS alone only inside one node (CollNet disabled)."""
     if algo == "nvls_tree" and machine.node_count == 1:
         return False
     if algo == "nvls" and machine.node_count > 1:
         return False
     if proto == LL128:
-        if machine.capability >= 90:
+        if machine.capability >= 90 and era.ll128_pxn_from_hopper:
             ok = graph.type_inter <= PATH_PXN  # NCCL_LL128_C2C default 1
         else:
             ok = graph.type_inter <= PATH_PXB
-        ok = ok and graph.type_intra <= PATH_NVB
+        ok = ok and graph.type_intra <= (PATH_NVB if era.ll128_intra_path == "nvb" else PATH_NVL)
+        if era.ll128_capabilities is not None:
+            return ok and machine.capability == machine.max_capability \
+                and machine.capability in era.ll128_capabilities
         ok = ok and (machine.capability == machine.max_capability or machine.capability >= 90)
         return ok and machine.capability >= 70
     return True
@@ -203,12 +222,16 @@ def _enabled(machine: NcclMachine, graph: Graph, algo: str, proto: str) -> bool:
 
 def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float) -> float:
     """ncclTopoGetAlgoTime's latency: the table's, times the ring's "plateau effect" for
-    multi-node Simple all-reduces."""
+    multi-node Simple all-reduces (from 2.18 by generation and bytes per channel and rank;
+    before, x1.9 from nRanks/16 x 64 KiB)."""
     machine = tuning.machine
     lat = tuning.entry(coll, algo, proto).latency_us
-    if algo == "ring" and proto == SIMPLE and machine.node_count > 1 and coll == "all_reduce" \
-            and nbytes / (machine.comm_channels * machine.ranks) >= 64:
-        lat *= RING_PLATEAU[0] if machine.capability < 80 else RING_PLATEAU[1]
+    if algo == "ring" and proto == SIMPLE and machine.node_count > 1 and coll == "all_reduce":
+        if tuning.era.old_plateau:
+            if nbytes >= machine.ranks * OLD_PLATEAU_BYTES_PER_RANK:
+                lat *= RING_PLATEAU[0]
+        elif nbytes / (machine.comm_channels * machine.ranks) >= 64:
+            lat *= RING_PLATEAU[0] if machine.capability < 80 else RING_PLATEAU[1]
     return lat
 
 

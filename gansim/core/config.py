@@ -29,6 +29,7 @@ from pydantic import (
 
 from gansim.core import limits
 from gansim.core.errors import UserInputError
+from gansim.core.nccl_release import check_version
 
 NodeKind = Literal["gpu", "cpu", "host", "pcie_switch", "nvswitch", "nic", "switch"]
 LinkKind = Literal["pcie", "nvlink", "net", "loopback"]
@@ -38,6 +39,14 @@ GradientDtype = Literal["fp32", "fp16", "int8"]
 # NCCL's algorithms and protocols, as NCCL_ALGO / NCCL_PROTO name them
 NcclAlgo = Literal["ring", "tree", "nvls", "nvls_tree"]
 NcclProto = Literal["LL", "LL128", "Simple"]
+
+
+def _nccl_version(text: str) -> str:
+    return check_version(text)
+
+
+# an NCCL release whose tuning model gansim follows: "2.18", "2.18.3" (gansim/core/nccl_release.py)
+NcclVersion = Annotated[str, Field(min_length=3, max_length=20), AfterValidator(_nccl_version)]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 
@@ -137,6 +146,9 @@ class TopologyFile(Strict):
     links: list[LinkSpec] | None = None
     generator: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    # the NCCL release the machine runs, for the `nccl` algorithm's tuning model (default:
+    # the newest the model follows); a scenario's options.nccl_version overrides it
+    nccl_version: NcclVersion | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> "TopologyFile":
@@ -290,6 +302,9 @@ class TrainingOptions(Strict):
     # (default: NCCL's own choice by message size; gansim/collectives/nccl_tuning.py)
     nccl_algo: NcclAlgo | None = None
     nccl_proto: NcclProto | None = None
+    # the NCCL release whose tuning model (choices, latencies, caps) the `nccl` algorithm
+    # follows; default: the topology's nccl_version, else the newest the model follows
+    nccl_version: NcclVersion | None = None
 
 
 # ----------------------------------------------------------------------------- what-ifs

@@ -16,9 +16,10 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
-from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, parse
+from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir, shipped_names
+from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, parse_version
 from gansim.core.units import MiB
 from gansim.prediction.nccl_tests import OPS, nccl_tests_table
 from gansim.topology.graph import Topology, topology_from_dict
@@ -76,6 +77,21 @@ class PublishedFile:
     def topology(self) -> Topology:
         return topology_from_dict(self.spec.topology, self.path)
 
+    @property
+    def model_version(self) -> str:
+        """The NCCL release whose tuning model predicts this file: the one it ran; the
+        oldest modelled for an older one; the newest where the source does not say."""
+        try:
+            ran = parse_version(self.spec.nccl_version)
+        except ValueError:
+            return NEWEST_VERSION  # "not stated"
+        if ran < parse_version(OLDEST_VERSION):
+            return OLDEST_VERSION
+        return min(self.spec.nccl_version, NEWEST_VERSION, key=parse_version)
+
+    def options(self) -> TrainingOptions:
+        return TrainingOptions(nccl_version=self.model_version)
+
 
 def published_names() -> list[str]:
     return shipped_names("validation")
@@ -125,7 +141,8 @@ def compare(published: PublishedFile) -> list[PointComparison]:
     topology = published.topology()
     rows = []
     for m in spec.measurements:
-        predicted = nccl_tests_table(topology, spec.gpus, m.op, [size for size, *_ in m.points], source=published.path)
+        predicted = nccl_tests_table(topology, spec.gpus, m.op, [size for size, *_ in m.points],
+                                     options=published.options(), source=published.path)
         for (size, _time, _algbw, busbw), p in zip(m.points, predicted):
             rows.append(PointComparison(spec.name, m.op, size, busbw, p.busbw_GBps, p.time_us, p.algorithm,
                                         p.protocol, p.channels))
@@ -141,7 +158,7 @@ def predicted_curves(published: PublishedFile) -> dict[str, list[tuple[int, floa
     for m in spec.measurements:
         largest = max(size for size, *_ in m.points)
         sizes = [1 << k for k in range(10, max(11, largest.bit_length()))]
-        rows = nccl_tests_table(topology, spec.gpus, m.op, sizes, source=published.path)
+        rows = nccl_tests_table(topology, spec.gpus, m.op, sizes, options=published.options(), source=published.path)
         out[m.op] = [(r.nbytes, r.busbw_GBps) for r in rows]
     return out
 

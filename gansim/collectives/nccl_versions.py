@@ -1,0 +1,201 @@
+"""NCCL's tuning model as it stood in each release: the constants and rules of
+src/graph/tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime) that changed between versions,
+read from the release tags of NVIDIA/nccl (v2.12.12-1 ... v2.30.7-1). gansim/collectives/
+nccl_tuning.py applies whichever era a topology or scenario names (`nccl_version`), so a
+measurement taken with NCCL 2.18 is compared with 2.18's choices and figures, not today's.
+
+An era starts at the first release whose tuning.cc differs in something the model uses and
+holds until the next era; each field says in which tag it was read. What the model takes
+from tuning.cc and did not change across these eras (the tree correction factors, the
+per-protocol thread counts and thresholds) stays in nccl_tuning.py.
+
+Releases before 2.12 are not modelled: 2.12 was the first with the per-GPU-generation
+tables (llMaxBws, perChMaxTreeBws) that the model's caps come from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gansim.core.errors import UserInputError
+from gansim.core.nccl_release import check_version, parse_version
+
+Triple = tuple[float, float, float]  # per protocol: LL, LL128, Simple
+Row = tuple[float, float, float]  # per node count: 1 node, 2 nodes, more (the "N1/N2/N4" columns)
+
+# GPU generations, as tuning.cc's compCapIndex rows
+VOLTA, AMPERE, HOPPER, BLACKWELL = range(4)
+
+
+@dataclass(frozen=True)
+class NcclEra:
+    """What tuning.cc held from release `first` on."""
+
+    first: tuple[int, int]
+    tag: str  # the release tag the figures were read from
+    base_latency: dict[str, Triple]  # baseLat, us
+    hw_latency: dict[str, dict[str, Triple]]  # hwLat[NVLINK | PCI | NET][algorithm], us per hop
+    ll_max_bws: tuple[Row, ...]  # llMaxBws by row (GPU generation on one node, CPU vendor across)
+    per_ch_ring_ll128: tuple[Row, ...]  # perChMaxRingLL128Bws (ll128MaxBwPerCh before 2.17)
+    per_ch_tree_ll128: tuple[Row, ...]
+    per_ch_tree: tuple[Row, ...]  # perChMaxTreeBws
+    per_ch_nvls_tree: tuple[Row, ...] = ()  # perChMaxNVLSTreeBws (2.28 on); none: no cap
+    # how compCapIndex is found: "exact" (2.12-2.16: a row only for min == max == 80 (90),
+    # every other GPU takes Volta's) or "at_least" (2.17 on: >= 90 Hopper, >= 80 Ampere)
+    arch_rule: str = "at_least"
+    blackwell_row: bool = False  # 2.28 on: >= 100 has its own row
+    bus_caps: dict[int, float] = field(default_factory=dict)  # "busBw = std::min(busBw, 235.0f)" per generation
+    ll_ring_factor: float = 0.5  # ring LL bus bandwidth factor: 1/4 before 2.21, .5 from 2.21
+    ll128_ring_one_gpu_per_node_factor: float = 0.92  # 0.7 "if ppn < 2" before 2.23
+    multi_node_ll_intra_factor: float = 1.0  # "if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8" before 2.18
+    inter_steps_all_nodes: bool = False  # ring nInterSteps = 2*nNodes (before 2.23) instead of 2*(nNodes-1)
+    one_gpu_per_node_tree_net_latency: bool = True  # "interLat = ppn == 1 ? hwLat[NET][TREE]" from 2.23
+    net_overhead: bool = True  # getNetOverhead (Intel 1 us, AMD 2 us) from 2.18
+    old_plateau: bool = False  # before 2.18: ring Simple x1.9 from nBytes >= nRanks/16*64 KiB
+    # NVLS: None (before 2.17), "ring_graph" (2.17: the ring graph's bandwidth x .75),
+    # "five_sixths" (2.18-2.27: the NVLS graph's bandwidth x 5/6), "efficiency" (2.28 on:
+    # nvlsEfficiency and the (channels - 1) / channels share)
+    nvls: str | None = "efficiency"
+    nvls_tree: bool = True
+    nvls_tree_ratio_2_18: bool = False  # 2.18 only: NVLS-Tree ratio .70 * nNodes / (2 (nNodes - 1))
+    nvls_efficiency: tuple[float, ...] = (0.0, 0.0, 0.85, 0.74)
+    # compute capabilities (x 10) LL128 is enabled on by default: None = any from 7.0 (2.27
+    # on, "!(minCompCap < 70 ...)"); before, a switch on minCompCap
+    ll128_capabilities: frozenset[int] | None = None
+    ll128_intra_path: str = "nvb"  # typeIntra <= PATH_NVB (2.18 on) or <= PATH_NVL (before)
+    ll128_pxn_from_hopper: bool = True  # typeInter <= PATH_PXN allowed on >= 9.0 (2.17 on)
+
+    @property
+    def name(self) -> str:
+        return f"{self.first[0]}.{self.first[1]}"
+
+
+_VOLTA_AMPERE_ROWS = dict(
+    ll=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0)),
+    tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8)),
+)
+_LL128_20 = ((20.0, 20.0, 20.0),) * 4
+
+_HW_2_12: dict[str, dict[str, Triple]] = {
+    "nvlink": {"tree": (0.52, 1.25, 28.0), "ring": (0.47, 1.9, 3.4)},
+    "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
+    "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 28.0)},
+}
+
+
+def _hw(base: dict[str, dict[str, Triple]], **changes: dict[str, Triple]) -> dict[str, dict[str, Triple]]:
+    return {hw: {**algos, **changes.get(hw, {})} for hw, algos in base.items()}
+
+
+_NO_NVLS = {"nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0)}
+
+ERA_2_12 = NcclEra(
+    first=(2, 12), tag="v2.12.12-1",
+    base_latency={"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4), **_NO_NVLS},
+    hw_latency=_hw(_HW_2_12, nvlink=_NO_NVLS, pci=_NO_NVLS, net=_NO_NVLS),
+    ll_max_bws=_VOLTA_AMPERE_ROWS["ll"], per_ch_ring_ll128=_LL128_20, per_ch_tree_ll128=_LL128_20,
+    per_ch_tree=_VOLTA_AMPERE_ROWS["tree"], arch_rule="exact", bus_caps={AMPERE: 235.0}, ll_ring_factor=0.25,
+    ll128_ring_one_gpu_per_node_factor=0.7, multi_node_ll_intra_factor=1.8, inter_steps_all_nodes=True,
+    one_gpu_per_node_tree_net_latency=False, net_overhead=False, old_plateau=True, nvls=None, nvls_tree=False,
+    ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False)
+# v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
+ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
+                   hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
+# v2.16.5-1 (2.15 on): a Hopper row (exactly 9.0) with Ampere's figures; LL128 on 9.0 too
+ERA_2_15 = replace(ERA_2_14, first=(2, 15), tag="v2.16.5-1",
+                   ll_max_bws=ERA_2_14.ll_max_bws + ((87.7, 22.5, 19.0),),
+                   per_ch_tree=ERA_2_14.per_ch_tree + ((24.0, 23.6, 17.8),),
+                   ll128_capabilities=frozenset({70, 80, 90}))
+# v2.17.1-1: NVLS (base 40 us), Hopper's own figures and a 370 GB/s cap, compCapIndex by ">="
+ERA_2_17 = replace(ERA_2_15, first=(2, 17), tag="v2.17.1-1",
+                   base_latency={**ERA_2_15.base_latency, "nvls": (0.0, 0.0, 40.0)},
+                   per_ch_ring_ll128=((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
+                   per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
+                   per_ch_tree=ERA_2_15.per_ch_tree[:2] + ((38.7, 41.4, 33.0),),
+                   arch_rule="at_least", bus_caps={AMPERE: 235.0, HOPPER: 370.0}, nvls="ring_graph",
+                   ll128_pxn_from_hopper=True)
+# v2.18.3-1: NVLS-Tree, new base latencies, tree Simple 4 / 6 / 14 us, getNetOverhead, the
+# ring plateau by generation, LL128 inside NVB paths, no more LL x1.8 across nodes
+ERA_2_18 = replace(
+    ERA_2_17, first=(2, 18), tag="v2.18.3-1",
+    base_latency={"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 23.0),
+                  "nvls_tree": (0.0, 0.0, 23.0)},
+    hw_latency={"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), **_NO_NVLS},
+                "pci": {"tree": (1.0, 1.9, 6.0), "ring": (1.0, 2.5, 5.7), **_NO_NVLS},
+                "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+                        "nvls_tree": (0.0, 0.0, 19.0)}},
+    per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
+    per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
+    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, old_plateau=False, nvls="five_sixths",
+    nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
+# v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
+ERA_2_19 = replace(
+    ERA_2_18, first=(2, 19), tag="v2.19.3-1",
+    base_latency={"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4), **_NO_NVLS},
+    hw_latency={"nvlink": {"tree": (0.6, 1.25, 28.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 23.0),
+                           "nvls_tree": (0.0, 0.0, 23.0)},
+                "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), **_NO_NVLS},
+                "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+                        "nvls_tree": (0.0, 0.0, 14.0)}},
+    nvls_tree_ratio_2_18=False)
+# v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us
+ERA_2_21 = replace(
+    ERA_2_19, first=(2, 21), tag="v2.21.5-1",
+    hw_latency=_hw(ERA_2_19.hw_latency, nvlink={"nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0)}),
+    ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5)
+# v2.23.4-1: tree Simple 4 / 4 / 14 us with a base of 8.4, ring inter steps 2 (nNodes - 1),
+# one GPU per node takes the tree's network latency, no LL128 ppn discount
+ERA_2_23 = replace(
+    ERA_2_21, first=(2, 23), tag="v2.23.4-1",
+    base_latency={**ERA_2_21.base_latency, "tree": (6.8, 14.0, 8.4)},
+    hw_latency=_hw(ERA_2_21.hw_latency, nvlink={"tree": (0.6, 1.25, 4.0)}, pci={"tree": (1.0, 1.9, 4.0)},
+                   net={"tree": (5.0, 8.5, 14.0)}),
+    ll128_ring_one_gpu_per_node_factor=0.92, inter_steps_all_nodes=False, one_gpu_per_node_tree_net_latency=True)
+# v2.27.7-1: LL128 on every GPU from 7.0
+ERA_2_27 = replace(ERA_2_23, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None)
+# v2.28.9-1: Blackwell rows, NVLS by nvlsEfficiency, perChMaxNVLSTreeBws
+ERA_2_28 = replace(
+    ERA_2_27, first=(2, 28), tag="v2.28.9-1",
+    ll_max_bws=ERA_2_27.ll_max_bws + ((2 * 141.0, 2 * 45.0, 2 * 35.0),),
+    per_ch_ring_ll128=ERA_2_27.per_ch_ring_ll128 + ((40.0, 40.0, 40.0),),
+    per_ch_tree_ll128=ERA_2_27.per_ch_tree_ll128 + ((55.6, 31.67, 20.0),),
+    per_ch_tree=ERA_2_27.per_ch_tree + ((70.0, 42.8, 24.0),),
+    per_ch_nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0)),
+    blackwell_row=True, nvls="efficiency")
+# v2.30.7-1 (ncclTunerConstantsDefaults): NVLS-Tree network hop 20.9 us
+ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
+                   hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}))
+
+ERAS = (ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_27, ERA_2_28,
+        ERA_2_30)
+NEWEST = ERA_2_30
+
+
+def era_for(version: str | None) -> NcclEra:
+    """The tuning era of an NCCL version (None: the newest the model follows)."""
+    if version is None:
+        return NEWEST
+    try:
+        major_minor = parse_version(check_version(version))[:2]
+    except ValueError as exc:
+        raise UserInputError(str(exc), field="nccl_version") from None
+    return [era for era in ERAS if era.first <= major_minor][-1]
+
+
+def arch_row(era: NcclEra, capability: int, max_capability: int) -> int:
+    """tuning.cc's compCapIndex for the communicator's GPUs (min and max capability x 10)."""
+    if era.arch_rule == "exact":
+        if capability == max_capability == 80:
+            return AMPERE
+        if capability == max_capability == 90 and len(era.ll_max_bws) > HOPPER:
+            return HOPPER
+        return VOLTA
+    if capability >= 100 and era.blackwell_row:
+        return BLACKWELL
+    return HOPPER if capability >= 90 else AMPERE if capability >= 80 else VOLTA
+
+
+def table_row(rows: tuple[Row, ...], index: int) -> Row:
+    """A table's row for a generation it may not have (older eras end at Ampere or Hopper:
+    the last row, as the era's compCapIndex never went past it)."""
+    return rows[min(index, len(rows) - 1)]
