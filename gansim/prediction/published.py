@@ -207,6 +207,7 @@ def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str
     return {"summary": {"min_size_B": LARGE_BYTES, "points": total.points, "median_abs_error": total.median_abs_error,
                         "worst_abs_error": total.worst_abs_error},
             "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
+                         "model_nccl_version": f.model_version,
                          "system": f.spec.system, "source": f.spec.source.model_dump(),
                          **dict(zip(("points", "median_abs_error", "worst_abs_error"),
                                     (lambda s: (s.points, s.median_abs_error, s.worst_abs_error))(
