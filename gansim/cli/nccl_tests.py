@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, number, positive_int
@@ -29,6 +28,9 @@ def register(sub: Any) -> None:
     p.add_argument("--nccl-algo", choices=("ring", "tree", "nvls", "nvls_tree"), help="force NCCL's algorithm (NCCL_ALGO)")
     p.add_argument("--nccl-proto", choices=("LL", "LL128", "Simple"), help="force NCCL's protocol (NCCL_PROTO)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    p.add_argument("--explain", action="store_true",
+                   help="under each row, what bounds it: NCCL's choice and runner-up, channels, latency share, "
+                        "the saturated resource (--algorithm nccl only)")
     p.set_defaults(func=cmd_nccl_tests)
 
 
@@ -36,7 +38,7 @@ def register(sub: Any) -> None:
 # pay for loading it.
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
     from gansim.collectives.schedules import ALGORITHMS
-    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, parse_size, sweep_sizes
+    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, parse_size, row_json, sweep_sizes
     from gansim.topology.graph import load_topology
 
     topology = load_topology(args.topology, field="topology")
@@ -46,15 +48,19 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
                              field="-g")
     if args.algorithm != "nccl" and args.op not in ("all_reduce", "broadcast"):
         raise UserInputError(f"--op {args.op} is modelled for the nccl algorithm only", field="--op")
+    if args.explain and args.algorithm != "nccl":
+        raise UserInputError(f"explains NCCL's choice, so it needs --algorithm nccl (the default), "
+                             f"not {args.algorithm!r}", field="--explain")
     sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"),
                         number(args.stepfactor, "-f"))
     options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto)
-    rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology)
+    rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology,
+                            explain=args.explain)
     human = sys.stderr if args.json else sys.stdout
     header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {topology.name}, algorithm {args.algorithm}"
               + (" (NCCL v2.30.7 tuning model)" if args.algorithm == "nccl" else "") + ", flow model")
     print(format_table(rows, args.op, header), file=human)
     if args.json:
         sys.stdout.write(json.dumps({"topology": topology.name, "gpus": args.ngpus, "op": args.op,
-                                     "algorithm": args.algorithm, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+                                     "algorithm": args.algorithm, "rows": [row_json(r, args.explain) for r in rows]}, indent=2) + "\n")
     return EXIT_OK
