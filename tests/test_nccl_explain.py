@@ -82,6 +82,11 @@ def test_runner_up_is_slower_and_respects_forced_algorithm(capsys):
         assert row["algorithm"] == "tree"
         assert e["runner_up"] is None or e["runner_up"]["algorithm"] == "tree"
         assert e["runner_up"] is None or e["runner_up"]["model_time_us"] >= e["chosen"]["model_time_us"]
+    # NVLS asked for where there is none (A100): NCCL falls back to the ring, any protocol
+    rows, _ = explained(capsys, ["dgx-a100", "-g", "8", "-b", "1G", "-e", "1G", "--nccl-algo", "nvls"])
+    e = rows[0]["explain"]
+    assert rows[0]["algorithm"] == "ring" and e["runner_up"]["algorithm"] == "ring"
+    assert e["channels"] == e["comm_channels"] == rows[0]["channels"]
     rows, _ = explained(capsys, ["dgx-a100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-algo", "ring",
                                  "--nccl-proto", "Simple"])
     assert rows[0]["explain"]["runner_up"] is None  # nothing else allowed

@@ -149,7 +149,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     chosen_plan = plan(cluster, state, coll, float(nbytes), algo, proto)
     choice = chosen_plan.choice
     machine, tuning = state.machine, state.tuning
-    if algo in ("nvls", "nvls_tree") or choice.algorithm in ("nvls", "nvls_tree"):
+    if choice.algorithm in ("nvls", "nvls_tree"):
         comm = machine.nvls.channels if machine.nvls else 1
     else:
         comm = machine.comm_channels
