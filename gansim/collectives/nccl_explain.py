@@ -261,7 +261,7 @@ def _kernel_cap(chosen: Plan, state: NcclState) -> str:
         return f"NCCL's graph bandwidth {share}"
     if c.algorithm == "tree":
         return f"NCCL's tree bandwidth {share}"
-    return "NCCL's NVLS bandwidth"
+    return "NCCL's NVLS algorithm bandwidth"
 
 
 def _hop_across(cluster: Cluster, machine: NcclMachine, link: int) -> Hop | None:
