@@ -387,6 +387,8 @@ def nccl_tests_cases() -> Iterator[Case]:
         yield Case(f"nccl-tests{flag}={value}", base + ["-g", "2", flag, value], expect=flag)
     yield Case("nccl-tests-textbook-all-gather", base + ["-g", "2", "--algorithm", "ring", "--op", "all_gather"],
                expect="--op")
+    yield Case("nccl-tests-explain-textbook", base + ["-g", "2", "--algorithm", "ring", "--explain"],
+               expect="--explain")
     yield Case("nccl-tests-no-g", base, expect="-g")
     for field, value in (("compute_capability", float("nan")), ("compute_capability", 0.5),
                          ("memory_bandwidth_GBps", float("inf")), ("p2p", "no")):

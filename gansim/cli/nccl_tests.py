@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, number, positive_int
@@ -32,6 +31,9 @@ def register(sub: Any) -> None:
                    help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
                         "else the newest followed)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    p.add_argument("--explain", action="store_true",
+                   help="under each row, what bounds it: NCCL's choice and runner-up, channels, latency share, "
+                        "the saturated resource (--algorithm nccl only)")
     p.set_defaults(func=cmd_nccl_tests)
 
 
@@ -39,7 +41,7 @@ def register(sub: Any) -> None:
 # pay for loading it.
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
     from gansim.collectives.schedules import ALGORITHMS
-    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, parse_size, sweep_sizes
+    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, parse_size, row_json, sweep_sizes
     from gansim.topology.graph import load_topology
 
     topology = load_topology(args.topology, field="topology")
@@ -49,6 +51,9 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
                              field="-g")
     if args.algorithm != "nccl" and args.op not in ("all_reduce", "broadcast"):
         raise UserInputError(f"--op {args.op} is modelled for the nccl algorithm only", field="--op")
+    if args.explain and args.algorithm != "nccl":
+        raise UserInputError(f"explains NCCL's choice, so it needs --algorithm nccl (the default), "
+                             f"not {args.algorithm!r}", field="--explain")
     sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"),
                         number(args.stepfactor, "-f"))
     from gansim.collectives.nccl_versions import era_for
@@ -62,7 +67,8 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
             raise UserInputError(str(exc), field="--nccl-version") from None
     options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=version)
     era = era_for(version or topology.nccl_version)
-    rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology)
+    rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology,
+                            explain=args.explain)
     human = sys.stderr if args.json else sys.stdout
     header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {topology.name}, algorithm {args.algorithm}"
               + (f" (NCCL {era.name} tuning model ({era.tag}))" if args.algorithm == "nccl" else "")
@@ -70,5 +76,5 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
     print(format_table(rows, args.op, header), file=human)
     if args.json:
         sys.stdout.write(json.dumps({"topology": topology.name, "gpus": args.ngpus, "op": args.op,
-                                     "algorithm": args.algorithm, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+                                     "algorithm": args.algorithm, "rows": [row_json(r, args.explain) for r in rows]}, indent=2) + "\n")
     return EXIT_OK

@@ -12,10 +12,12 @@ src/common.cu, src/*.cu *GetCollByteCount / *GetBw, doc/PERFORMANCE.md):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from gansim.collectives.closed_forms import algbw, bus_factor
 from gansim.collectives.nccl import NCCL
+from gansim.collectives.nccl_explain import Explanation
 from gansim.core.config import MAX_BYTES, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.runner.collective import collective_times
@@ -36,6 +38,7 @@ class NcclTestsRow:
     algorithm: str
     protocol: str
     channels: int
+    explain: Explanation | None = None  # with --explain: what bounds the row
 
 
 def parse_size(text: str, flag: str) -> int:
@@ -77,18 +80,20 @@ def operation_bytes(op: str, size: int, ranks: int) -> tuple[int, int]:
 
 
 def nccl_tests_table(topology: Topology, gpus: int, op: str, sizes: list[int], algorithm: str = NCCL,
-                     options: TrainingOptions | None = None, source: str | None = None) -> list[NcclTestsRow]:
-    """Predict nccl-tests' rows for `op` on the first `gpus` ranks of `topology`."""
+                     options: TrainingOptions | None = None, source: str | None = None,
+                     explain: bool = False) -> list[NcclTestsRow]:
+    """Predict nccl-tests' rows for `op` on the first `gpus` ranks of `topology` (`explain`,
+    for the nccl algorithm: each with what bounds it)."""
     if op not in OPS:
         raise UserInputError(f"unknown collective {op!r}; allowed: {', '.join(OPS)}", field="--op")
     moved = [operation_bytes(op, size, gpus) for size in sizes]
     times = collective_times(topology, gpus, op, [nbytes for nbytes, _ in moved], algorithm, "flow", options,
-                             source=source)
+                             source=source, explain=explain)
     rows = []
     for (nbytes, count), t in zip(moved, times):
         bw = algbw(nbytes, t.seconds) if t.seconds > 0 else 0.0
         rows.append(NcclTestsRow(nbytes, count, t.seconds * 1e6, bw / 1e9, bw * bus_factor(op, gpus) / 1e9,
-                                 t.algorithm, t.protocol, t.channels))
+                                 t.algorithm, t.protocol, t.channels, t.explain))
     return rows
 
 
@@ -106,9 +111,21 @@ def format_table(rows: list[NcclTestsRow], op: str, header: str) -> str:
         lines.append(f"{r.nbytes:>12}  {r.count:>12}  {'float':>8}  {_REDOP[op]:>6}  {root:>6}  "
                      f"{_time(r.time_us):>7}  {r.algbw_GBps:>6.2f}  {r.busbw_GBps:>6.2f}   "
                      f"{r.algorithm:>9} {r.protocol:>6} {r.channels or '':>3}")
+        if r.explain is not None:  # a comment line, so that nccl-tests' columns stay as they are
+            lines.append(f"#{'':>11}{r.explain.sentence()}")
     large = [r.busbw_GBps for r in rows if r.time_us > 0]
     lines.append(f"# Avg bus bandwidth    : {sum(large) / len(large) if large else 0.0:g}")
     return "\n".join(lines)
+
+
+def row_json(row: NcclTestsRow, explain: bool = False) -> dict[str, Any]:
+    """A row as JSON: nccl-tests' columns and NCCL's choice, and (`explain`) what bounds it
+    (null where nothing moves: one GPU)."""
+    out = asdict(row)
+    del out["explain"]
+    if explain:
+        out["explain"] = None if row.explain is None else row.explain.to_json()
+    return out
 
 
 def _time(us: float) -> str:

@@ -5,12 +5,14 @@ machine, its routes and NCCL's tuning are built once for the whole sweep."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
 
 from gansim.collectives.communicator import Communicator
 from gansim.collectives.nccl import NCCL, plan
+from gansim.collectives.nccl_explain import explain as explain_nccl
 from gansim.core.config import TrainingOptions
 from gansim.network.cluster import Cluster
 from gansim.network.engine import SYNC, DELAY, TaskGraph, execute
@@ -24,12 +26,14 @@ class CollectiveTime:
     algorithm: str  # for `nccl`, what NCCL chose (ring, tree, nvls, nvls_tree), else the algorithm
     protocol: str  # LL, LL128, Simple for `nccl`; "" otherwise
     channels: int
+    explain: Any = None  # with explain=True, for `nccl`: a gansim.collectives.nccl_explain.Explanation
 
 
 def collective_times(topology: Topology, gpus: int, op: str, sizes: list[int], algorithm: str = NCCL,
                      cost_model: str = "flow", options: TrainingOptions | None = None,
-                     source: str | None = None) -> list[CollectiveTime]:
-    """Simulate `op` of each size in turn on the first `gpus` ranks of `topology`."""
+                     source: str | None = None, explain: bool = False) -> list[CollectiveTime]:
+    """Simulate `op` of each size in turn on the first `gpus` ranks of `topology` (`explain`:
+    for `nccl`, each with what bounds it)."""
     options = options or TrainingOptions()
     env = simpy.Environment()
     cluster = Cluster(topology, gpus, env, source=source)
@@ -54,9 +58,12 @@ def collective_times(topology: Topology, gpus: int, op: str, sizes: list[int], a
     out = []
     for nbytes, (start, end) in zip(sizes, marks):
         seconds = float(execution.end[end] - execution.end[start])
-        algo, proto, channels = algorithm, "", 0
+        algo, proto, channels, why = algorithm, "", 0, None
         if algorithm == NCCL and gpus > 1:
             chosen = plan(cluster, comm.nccl(), op, float(nbytes), options.nccl_algo, options.nccl_proto).choice
             algo, proto, channels = chosen.algorithm, chosen.protocol, chosen.channels
-        out.append(CollectiveTime(int(nbytes), seconds, algo, proto, channels))
+            if explain:
+                why = explain_nccl(cluster, comm.nccl(), op, float(nbytes), seconds, options.nccl_algo,
+                                   options.nccl_proto)
+        out.append(CollectiveTime(int(nbytes), seconds, algo, proto, channels, why))
     return out

@@ -1,0 +1,285 @@
+"""Why a collective under the `nccl` algorithm takes the time it takes (`gansim nccl-tests
+--explain`): what NCCL chose and what came next by its own tuning model, how many channels and
+threads it runs on, how much of the time is NCCL's latency, and which resource of the run's
+machine bounds the bandwidth part.
+
+It reads only the public objects of gansim/collectives/nccl.py (`plan`, `Plan`, `ChannelFlow`,
+`NcclState`) and nccl_tuning.py (`choose`'s `Choice`, `algo_time_us`, `algo_latency_us`,
+`ALGORITHMS`, `PROTOCOLS`), and decides nothing: the numbers are those the simulation uses.
+
+The bound: the plan's flows (each a group of lock-step channels, weighted on every resource by
+what a byte of payload costs there) share the machine's resources max-min fairly, as the flow
+model plays them; the flow that finishes last is held at the rate of a saturated resource on
+its route, and of the saturated ones the tightest (capacity over the summed weights of the
+flows crossing it) is the bound. Its efficiency is the share of its line rate that carries
+data on one crossing: NCCL's figure for the link kind (nccl_topology.link_efficiency), over the
+protocol's bytes on the wire per data byte (nccl.WIRE_BYTES_PER_DATA_BYTE), times the SHM share
+of a staged PCI path (nccl_topology.shm_fraction) or NVLS's efficiency where they apply; host
+memory that stages a copy is written and read back (half); a GPU's collective kernels are
+measured in NCCL's own figure for them (efficiency 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gansim.collectives.nccl import WIRE_BYTES_PER_DATA_BYTE, NcclState, Plan, plan
+from gansim.collectives.nccl_topology import Hop, NcclMachine, link_efficiency, shm_fraction
+from gansim.collectives.nccl_tuning import (
+    ALGORITHMS,
+    LL,
+    LL128,
+    NVLS_EFFICIENCY,
+    PROTOCOLS,
+    algo_latency_us,
+    algo_time_us,
+    arch_index,
+)
+from gansim.network.cluster import Cluster
+from gansim.network.flows import max_min_rates
+
+LINK_LABELS = {"nvlink": "NVLink", "pcie": "PCIe", "net": "network link"}
+# relative tolerance for "saturated" and for ties between equally tight resources
+_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Contender:
+    """An (algorithm, protocol) pair and NCCL's model time for it (latency + bytes / bandwidth)."""
+
+    algorithm: str
+    protocol: str
+    model_time_us: float
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The resource that bounds the bandwidth part of the time."""
+
+    resource: str  # as a user reads it: "NVLink gpu0->nvswitch", "host memory of host (SHM staging)"
+    name: str  # the Cluster's name for it
+    kind: str  # nvlink | pcie | net | ... (a link's kind), memory, kernels
+    line_rate_GBps: float  # its capacity (for kernels: NCCL's figure for what they move)
+    link_efficiency: float  # NCCL's bandwidth over the line rate (x SHM share, x NVLS efficiency)
+    wire_bytes_per_data_byte: float  # the protocol's overhead on it (host memory: x2, written and read)
+    efficiency: float  # link_efficiency / wire_bytes_per_data_byte: the share of the line rate that is data
+
+
+@dataclass(frozen=True)
+class Explanation:
+    chosen: Contender
+    runner_up: Contender | None  # the next best pair NCCL would allow, None when nothing else is allowed
+    channels: int  # channels this size runs on
+    comm_channels: int  # of the communicator's (NVLS: of its NVLS channels)
+    threads: int
+    latency_us: float  # NCCL's latency for the choice (algo_latency_us)
+    time_us: float  # the predicted time
+    bound_by: Bound | None  # None: no flow, or none that a finite resource holds
+
+    @property
+    def latency_share(self) -> float:
+        """NCCL's latency over the predicted time (1 when the time is nothing but it)."""
+        return min(1.0, self.latency_us / self.time_us) if self.time_us > 0 else 1.0
+
+    @property
+    def bandwidth_share(self) -> float:
+        return 1.0 - self.latency_share
+
+    @property
+    def runner_up_loss(self) -> float | None:
+        """How much slower the runner-up is by NCCL's model (0.12: 12 % slower)."""
+        if self.runner_up is None or self.chosen.model_time_us <= 0:
+            return None
+        return self.runner_up.model_time_us / self.chosen.model_time_us - 1.0
+
+    def sentence(self) -> str:
+        c = self.chosen
+        parts = [f"{c.algorithm}/{c.protocol} x{self.channels}/{self.comm_channels} ch, {self.threads} thr"]
+        b = self.bound_by
+        if b is None:
+            parts.append("no link to bound it")
+        elif b.kind == "kernels":
+            parts.append(f"bound by {b.resource[:-1]}, {_rate(b.line_rate_GBps)} GB/s)")
+        else:
+            parts.append(f"bound by {b.resource} ({_rate(b.line_rate_GBps)} GB/s line rate, "
+                         f"x{b.efficiency:.2f} {c.protocol} efficiency)")
+        parts.append(f"latency {100 * self.latency_share:.0f} % of the time")
+        loss = self.runner_up_loss
+        if self.runner_up is None:
+            parts.append("no runner-up allowed")
+        else:
+            parts.append(f"runner-up {self.runner_up.algorithm}/{self.runner_up.protocol} +{100 * loss:.0f} %")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        def contender(x: Contender | None) -> dict[str, Any] | None:
+            return None if x is None else {"algorithm": x.algorithm, "protocol": x.protocol,
+                                           "model_time_us": x.model_time_us}
+
+        b = self.bound_by
+        return {
+            "chosen": contender(self.chosen),
+            "runner_up": contender(self.runner_up),
+            "runner_up_loss": self.runner_up_loss,
+            "channels": self.channels,
+            "comm_channels": self.comm_channels,
+            "threads": self.threads,
+            "latency_us": self.latency_us,
+            "latency_share": self.latency_share,
+            "bandwidth_share": self.bandwidth_share,
+            "bound_by": None if b is None else {
+                "resource": b.resource, "name": b.name, "kind": b.kind, "line_rate_GBps": b.line_rate_GBps,
+                "link_efficiency": b.link_efficiency, "wire_bytes_per_data_byte": b.wire_bytes_per_data_byte,
+                "efficiency": b.efficiency},
+            "sentence": self.sentence(),
+        }
+
+
+def _rate(gbps: float) -> str:
+    return f"{gbps:.3g}" if gbps < 100 else f"{gbps:.0f}"
+
+
+def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, seconds: float,
+            algo: str | None = None, proto: str | None = None) -> Explanation:
+    """Explain the collective `plan(cluster, state, coll, nbytes, algo, proto)` that the
+    simulation timed at `seconds`."""
+    chosen_plan = plan(cluster, state, coll, float(nbytes), algo, proto)
+    choice = chosen_plan.choice
+    machine, tuning = state.machine, state.tuning
+    if choice.algorithm in ("nvls", "nvls_tree"):
+        comm = machine.nvls.channels if machine.nvls else 1
+    else:
+        comm = machine.comm_channels
+    return Explanation(
+        chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
+        runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
+        channels=choice.channels, comm_channels=comm, threads=choice.threads,
+        latency_us=algo_latency_us(tuning, coll, choice.algorithm, choice.protocol, float(nbytes)),
+        time_us=seconds * 1e6,
+        bound_by=bottleneck(cluster, state, chosen_plan),
+    )
+
+
+def runner_up(state: NcclState, coll: str, nbytes: float, chosen_algo: str, chosen_proto: str,
+              algo: str | None = None, proto: str | None = None) -> Contender | None:
+    """The fastest (algorithm, protocol) by NCCL's model after the chosen one, among those
+    NCCL_ALGO / NCCL_PROTO allow (where nothing forced was available, NCCL fell back to the
+    ring with any protocol, and so does this)."""
+    def allowed(a: str, p: str, fa: str | None, fp: str | None) -> bool:
+        return (fa is None or a == fa) and (fp is None or p == fp)
+
+    if not allowed(chosen_algo, chosen_proto, algo, proto):
+        algo, proto = "ring", None  # choose()'s fallback
+    best: Contender | None = None
+    for a in ALGORITHMS:
+        for p in PROTOCOLS:
+            if (a, p) == (chosen_algo, chosen_proto) or not allowed(a, p, algo, proto):
+                continue
+            t = algo_time_us(state.tuning, coll, a, p, nbytes)
+            if t is not None and t >= 0 and (best is None or t < best.model_time_us):
+                best = Contender(a, p, t)
+    return best
+
+
+def bottleneck(cluster: Cluster, state: NcclState, chosen: Plan) -> Bound | None:
+    """The resource that holds the plan's last flow, its flows alone on the machine."""
+    flows = chosen.flows
+    if not flows:
+        return None
+    capacity = cluster.network.capacity
+    pair_flow = np.concatenate([np.full(f.resources.size, i, dtype=np.int64) for i, f in enumerate(flows)])
+    pair_res = np.concatenate([f.resources for f in flows]).astype(np.int64)
+    pair_weight = np.concatenate([f.weights for f in flows]).astype(float)
+    keep = pair_weight > 0
+    pair_flow, pair_res, pair_weight = pair_flow[keep], pair_res[keep], pair_weight[keep]
+    if pair_res.size == 0:
+        return None
+    rates = max_min_rates(pair_flow, pair_res, len(flows), capacity, pair_weight)
+    amounts = np.array([f.amount for f in flows])
+    with np.errstate(divide="ignore"):
+        finish = np.where(rates > 0, amounts / rates, np.inf)
+    last = int(np.argmax(finish))
+    if not np.isfinite(rates[last]):
+        return None
+    size = capacity.size
+    load = np.bincount(pair_res, weights=pair_weight * rates[pair_flow], minlength=size)
+    weight = np.bincount(pair_res, weights=pair_weight, minlength=size)
+    mine = pair_res[pair_flow == last]
+    finite = np.isfinite(capacity[mine])
+    mine = mine[finite]
+    if mine.size == 0:
+        return None
+    use = load[mine] / capacity[mine]
+    saturated = mine[use >= use.max() * (1 - _RTOL)]
+    tight = capacity[saturated] / weight[saturated]
+    tightest = saturated[tight <= tight.min() * (1 + _RTOL)]
+    return describe(cluster, state, chosen, int(tightest.min()))
+
+
+def describe(cluster: Cluster, state: NcclState, chosen: Plan, index: int) -> Bound:
+    """A resource of the run's machine as the plan uses it, named as a user reads it."""
+    machine = state.machine
+    res = cluster.resource(index)
+    capacity = float(cluster.network.capacity[index])
+    proto, algo = chosen.choice.protocol, chosen.choice.algorithm
+    wire = WIRE_BYTES_PER_DATA_BYTE[proto]
+    if res.kind == "kernels":
+        rank = int(np.flatnonzero(np.asarray(cluster.kernel_resource) == index)[0])
+        return Bound(f"GPU kernels of rank {rank} ({_kernel_cap(chosen, state)})", res.name, res.kind,
+                     chosen.kernel_GBps, 1.0, 1.0, 1.0)
+    if res.kind == "memory":
+        host = res.name.rsplit(":", 1)[0]
+        return Bound(f"host memory of {host} (SHM staging)", res.name, res.kind, capacity / 1e9, 1.0, 2.0 * wire,
+                     1.0 / (2.0 * wire))
+    efficiency = link_efficiency(res.kind, machine.capability)
+    if algo in ("nvls", "nvls_tree") and res.kind == "nvlink":
+        efficiency *= NVLS_EFFICIENCY[arch_index(machine.capability)] or 1.0
+        wire = 1.0
+    hop = _hop_across(cluster, machine, index)
+    staged = hop is not None and hop.transport == "shm"
+    if staged:
+        efficiency *= shm_fraction(hop.path_type)
+    label = f"{LINK_LABELS.get(res.kind, res.kind + ' link')} {res.name.replace('->', ' -> ') if res.kind == 'net' else res.name}"
+    if staged:
+        label += " (SHM staging)"
+    return Bound(label, res.name, res.kind, capacity / 1e9, efficiency, wire, efficiency / wire)
+
+
+def _kernel_cap(chosen: Plan, state: NcclState) -> str:
+    """Which of NCCL's figures holds a GPU's collective kernels (nccl.py's kernels, tuning.cc)."""
+    c, machine, tuning = chosen.choice, state.machine, state.tuning
+    share = f"on {c.channels} of {machine.comm_channels} channels"
+    if c.algorithm == "ring":
+        if c.protocol == LL:
+            return ("NCCL's per-GPU LL cap llMaxBw" if chosen.kernel_GBps >= tuning.ll_max_bw * (1 - _RTOL)
+                    else f"NCCL's LL bandwidth {share}")
+        if c.protocol == LL128:
+            return f"NCCL's per-channel LL128 cap {share}"
+        return f"NCCL's graph bandwidth {share}"
+    if c.algorithm == "tree":
+        return f"NCCL's tree bandwidth {share}"
+    return "NCCL's NVLS algorithm bandwidth"
+
+
+def _hop_across(cluster: Cluster, machine: NcclMachine, link: int) -> Hop | None:
+    """A hop between two ranks of one machine that crosses the link (it says whether NCCL
+    stages such hops in host memory); None if no such hop does (links between machines)."""
+    topo = cluster.topology
+    names = list(topo.nodes)
+    rank_of = {node: r for r, node in enumerate(machine.rank_nodes)}
+    ends = [rank_of[names[n]] for n in topo.ends[link].tolist() if names[n] in rank_of]
+    if not ends:
+        return None
+    r = ends[0]
+    group = next(g for g in machine.nodes if r in g)
+    for other in group:
+        if other == r:
+            continue
+        for a, b in ((r, other), (other, r)):
+            hop = machine.hop(a, b)
+            if link in hop.links:
+                return hop
+    return None
