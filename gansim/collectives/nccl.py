@@ -114,7 +114,7 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
         flows = _tree_flows(cluster, machine, nbytes, choice, kernels)
     else:
         kernels = entry.bandwidth_GBps  # algorithm bandwidth: NVLS flows carry the buffer once
-        flows = _nvls_flows(cluster, machine, coll, nbytes, a, kernels, _nvls_efficiency(state))
+        flows = _nvls_flows(cluster, machine, coll, nbytes, a, kernels, nvls_efficiency(state))
     return Plan(coll, nbytes, choice, latency_us * 1e-6, flows, kernels)
 
 
@@ -379,7 +379,7 @@ def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
     return (ChannelFlow(nbytes, res, w, machine.nvls.channels if machine.nvls else 1),)
 
 
-def _nvls_efficiency(state: NcclState) -> float:
+def nvls_efficiency(state: NcclState) -> float:
     """tuning.cc nvlsEfficiency for the GPU generation (NVLS exists from Hopper on)."""
     era, machine = state.tuning.era, state.machine
     return era.nvls_efficiency[arch_row(era, machine.capability, machine.max_capability)] or 1.0

@@ -26,17 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from gansim.collectives.nccl import WIRE_BYTES_PER_DATA_BYTE, NcclState, Plan, plan
+from gansim.collectives.nccl import WIRE_BYTES_PER_DATA_BYTE, NcclState, Plan, nvls_efficiency, plan
 from gansim.collectives.nccl_topology import Hop, NcclMachine, link_efficiency, shm_fraction
 from gansim.collectives.nccl_tuning import (
     ALGORITHMS,
     LL,
     LL128,
-    NVLS_EFFICIENCY,
     PROTOCOLS,
     algo_latency_us,
     algo_time_us,
-    arch_index,
 )
 from gansim.network.cluster import Cluster
 from gansim.network.flows import max_min_rates
@@ -236,7 +234,7 @@ def describe(cluster: Cluster, state: NcclState, chosen: Plan, index: int) -> Bo
                      1.0 / (2.0 * wire))
     efficiency = link_efficiency(res.kind, machine.capability)
     if algo in ("nvls", "nvls_tree") and res.kind == "nvlink":
-        efficiency *= NVLS_EFFICIENCY[arch_index(machine.capability)] or 1.0
+        efficiency *= nvls_efficiency(state)
         wire = 1.0
     hop = _hop_across(cluster, machine, index)
     staged = hop is not None and hop.transport == "shm"

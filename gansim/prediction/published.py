@@ -26,6 +26,9 @@ from gansim.topology.graph import Topology, topology_from_dict
 
 # The goal's range: messages from 1 MiB up (issue 12)
 LARGE_BYTES = MiB
+# Size bands the error is reported by: small (latency-bound), mid (where a GAN's gradients
+# travel: DDP buckets, per-variable all-reduces) and large (bandwidth-bound)
+BANDS = (("64K-1M", 64 * 1024, MiB), ("1M-128M", MiB, 128 * MiB), (">=128M", 128 * MiB, None))
 
 
 class PublishedSource(Strict):
@@ -170,26 +173,39 @@ class ErrorSummary:
     worst_abs_error: float
 
 
-def summarize(rows: list[PointComparison], min_bytes: int = LARGE_BYTES) -> ErrorSummary:
-    """|error| over the points of at least `min_bytes`: their count, median and worst."""
-    errors = [abs(r.error) for r in rows if r.nbytes >= min_bytes]
+def summarize(rows: list[PointComparison], min_bytes: int = LARGE_BYTES, max_bytes: int | None = None) -> ErrorSummary:
+    """|error| over the points of at least `min_bytes` (and below `max_bytes`): their count,
+    median and worst."""
+    errors = [abs(r.error) for r in rows if r.nbytes >= min_bytes and (max_bytes is None or r.nbytes < max_bytes)]
     if not errors:
         return ErrorSummary(0, float("nan"), float("nan"))
     return ErrorSummary(len(errors), statistics.median(errors), max(errors))
 
 
+def _band_cells(rows: list[PointComparison]) -> str:
+    cells = []
+    for _, low, high in BANDS:
+        b = summarize(rows, low, high)
+        cells.append(f"{b.points:>4} {b.median_abs_error:>7.1%} {b.worst_abs_error:>7.1%}" if b.points
+                     else f"{0:>4} {'-':>7} {'-':>7}")
+    return "  ".join(cells)
+
+
 def error_table(files: list[PublishedFile], rows: list[PointComparison]) -> str:
     """The table `gansim validate --published` prints: one line per system (its points of 1 MiB
-    and more), then every point, then the summary over all systems."""
-    lines = [f"{'system':<28} {'kind':<26} {'NCCL':>8} {'points':>6} {'median |err|':>13} {'worst |err|':>12}"]
+    and more, then per size band: points, median and worst |error|), then every point of 1 MiB
+    and more, then the summary over all systems."""
+    bands = "  ".join(f"{name + ': n median worst':>20}" for name, _, _ in BANDS)
+    lines = [f"{'system':<28} {'kind':<30} {'NCCL':>10} {'model':>7} {'points':>6} {'median |err|':>13} "
+             f"{'worst |err|':>12}   {bands}"]
     for f in files:
         mine = [r for r in rows if r.system == f.spec.name]
         s = summarize(mine)
-        lines.append(f"{f.spec.name:<28} {f.spec.kind:<26} {f.spec.nccl_version:>8} {s.points:>6} "
-                     f"{s.median_abs_error:>12.1%} {s.worst_abs_error:>12.1%}")
+        lines.append(f"{f.spec.name:<28} {f.spec.kind:<30} {f.spec.nccl_version:>10} {f.model_version:>7} "
+                     f"{s.points:>6} {s.median_abs_error:>12.1%} {s.worst_abs_error:>12.1%}   {_band_cells(mine)}")
     total = summarize(rows)
-    lines.append(f"{'all systems':<28} {'':<26} {'':>8} {total.points:>6} {total.median_abs_error:>12.1%} "
-                 f"{total.worst_abs_error:>12.1%}")
+    lines.append(f"{'all systems':<28} {'':<30} {'':>10} {'':>7} {total.points:>6} {total.median_abs_error:>12.1%} "
+                 f"{total.worst_abs_error:>12.1%}   {_band_cells(rows)}")
     lines.append("")
     lines.append(f"{'system':<28} {'op':<14} {'size (B)':>12} {'measured':>9} {'predicted':>10} {'error':>8}  "
                  f"NCCL's choice   (busbw in GB/s)")
@@ -201,13 +217,24 @@ def error_table(files: list[PublishedFile], rows: list[PointComparison]) -> str:
     return "\n".join(lines)
 
 
+def _bands_dict(rows: list[PointComparison]) -> list[dict[str, Any]]:
+    out = []
+    for name, low, high in BANDS:
+        b = summarize(rows, low, high)
+        out.append({"band": name, "min_size_B": low, "max_size_B": high, "points": b.points,
+                    "median_abs_error": b.median_abs_error if b.points else None,
+                    "worst_abs_error": b.worst_abs_error if b.points else None})
+    return out
+
+
 def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str, Any]:
     """The comparison as validation.json (and `--json`) carry it."""
     total = summarize(rows)
     return {"summary": {"min_size_B": LARGE_BYTES, "points": total.points, "median_abs_error": total.median_abs_error,
-                        "worst_abs_error": total.worst_abs_error},
+                        "worst_abs_error": total.worst_abs_error, "bands": _bands_dict(rows)},
             "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
                          "model_nccl_version": f.model_version,
+                         "bands": _bands_dict([r for r in rows if r.system == f.spec.name]),
                          "system": f.spec.system, "source": f.spec.source.model_dump(),
                          **dict(zip(("points", "median_abs_error", "worst_abs_error"),
                                     (lambda s: (s.points, s.median_abs_error, s.worst_abs_error))(
