@@ -168,6 +168,17 @@ class VariableGroup(Strict):
     count: Annotated[int, Field(ge=1, le=MAX_VARIABLES)] = 1
 
 
+def _variable_form(value: Any) -> str:
+    return "variable group" if isinstance(value, (dict, VariableGroup)) else "variable size"
+
+
+# a size, or {size, count}: tagged, so that a mistake is reported against the form written
+VariableField = Annotated[
+    Union[Annotated[ParamCount, Tag("variable size")], Annotated[VariableGroup, Tag("variable group")]],
+    Discriminator(_variable_form),
+]
+
+
 class NetworkFigures(Strict):
     """One network (generator or discriminator) on one GPU at the scenario's per-GPU batch.
 
@@ -184,7 +195,7 @@ class NetworkFigures(Strict):
     optimizer_s: Seconds
     # non-parameter state (BatchNorm running statistics), for options.broadcast_buffers
     buffer_bytes: ByteCount = 0
-    variables: list[ParamCount | VariableGroup] | None = Field(default=None, min_length=1)
+    variables: list[VariableField] | None = Field(default=None, min_length=1)
     variable_count: Annotated[int, Field(ge=1, le=MAX_VARIABLES)] | None = None
 
     @model_validator(mode="after")
@@ -647,6 +658,8 @@ def _field_path(loc: tuple[Any, ...]) -> str:
         elif item in ("name", "allreduce", "gan") and parts and parts[-1].endswith("workload"):
             continue  # pydantic's union-branch tags say nothing a user wrote
         elif item in ("catalog", "inline") and parts and parts[-1].endswith("storage"):
+            continue
+        elif item in ("variable size", "variable group"):
             continue
         else:
             parts.append(("." if parts else "") + str(item))
