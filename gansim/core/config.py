@@ -11,6 +11,7 @@ with (no NaN, infinity, overflow or division by zero)."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
@@ -36,6 +37,12 @@ LinkKind = Literal["pcie", "nvlink", "net", "loopback"]
 CostModelName = Literal["flow", "alpha_beta", "paper"]
 Scaling = Literal["weak", "strong"]
 GradientDtype = Literal["fp32", "fp16", "int8"]
+# How a network's gradients are all-reduced (gansim/training/step.py GRADIENT_SYNCS, one
+# implementation per name): DDP's buckets overlapped with the backward; one all-reduce per
+# trainable variable after the backward (TensorFlow's tflib.Optimizer and MirroredStrategy);
+# one all-reduce of all of a phase's gradients flattened into one buffer after the backward
+# (StyleGAN3's training loop, and gansim's default without overlap)
+GradientSync = Literal["ddp_buckets", "per_variable", "per_phase_flat"]
 # NCCL's algorithms and protocols, as NCCL_ALGO / NCCL_PROTO name them
 NcclAlgo = Literal["ring", "tree", "nvls", "nvls_tree"]
 NcclProto = Literal["LL", "LL128", "Simple"]
@@ -163,8 +170,36 @@ class TopologyFile(Strict):
 
 
 # ----------------------------------------------------------------------------- workloads
+MAX_VARIABLES = 1_000_000  # trainable variables of one network (each may be a collective a step)
+
+
+class VariableGroup(Strict):
+    """`count` trainable variables of `size` elements each (a summary of a variable list)."""
+
+    size: ParamCount
+    count: Annotated[int, Field(ge=1, le=MAX_VARIABLES)] = 1
+
+
+def _variable_form(value: Any) -> str:
+    return "variable group" if isinstance(value, (dict, VariableGroup)) else "variable size"
+
+
+# a size, or {size, count}: tagged, so that a mistake is reported against the form written
+VariableField = Annotated[
+    Union[Annotated[ParamCount, Tag("variable size")], Annotated[VariableGroup, Tag("variable group")]],
+    Discriminator(_variable_form),
+]
+
+
 class NetworkFigures(Strict):
-    """One network (generator or discriminator) on one GPU at the scenario's per-GPU batch."""
+    """One network (generator or discriminator) on one GPU at the scenario's per-GPU batch.
+
+    Its trainable variables (what `options.gradient_sync: per_variable` all-reduces one by one,
+    and what DDP's buckets are filled from), optional: `variables`, a list in gradient-ready
+    order (last layer first) whose items are a size in elements or `{size, count}` for `count`
+    variables of that size, summing to `params`; or `variable_count`, that many variables of
+    equal size (params split as evenly as whole elements allow). Neither: one variable of
+    `params` elements."""
 
     params: ParamCount
     forward_s: Seconds
@@ -172,6 +207,46 @@ class NetworkFigures(Strict):
     optimizer_s: Seconds
     # non-parameter state (BatchNorm running statistics), for options.broadcast_buffers
     buffer_bytes: ByteCount = 0
+    variables: list[VariableField] | None = Field(default=None, min_length=1)
+    variable_count: Annotated[int, Field(ge=1, le=MAX_VARIABLES)] | None = None
+
+    @model_validator(mode="after")
+    def _variables_sum_to_params(self) -> "NetworkFigures":
+        if self.variables is not None and self.variable_count is not None:
+            raise ValueError("give variables or variable_count, not both")
+        if self.variables is not None:
+            count = sum(1 if isinstance(v, int) else v.count for v in self.variables)
+            if count > MAX_VARIABLES:
+                raise ValueError(f"{count:,} variables; at most {MAX_VARIABLES:,} per network")
+            total = sum(v if isinstance(v, int) else v.size * v.count for v in self.variables)
+            if total != self.params:
+                raise ValueError(f"variables sum to {total:,} elements, params is {self.params:,}")
+        if self.variable_count is not None and self.variable_count > self.params:
+            raise ValueError(f"variable_count ({self.variable_count:,}) exceeds params ({self.params:,})")
+        return self
+
+    def variable_sizes(self) -> tuple[int, ...]:
+        """Every trainable variable's size in elements, in the order given."""
+        if self.variables is not None:
+            return tuple(size for v in self.variables
+                         for size in ((v,) if isinstance(v, int) else (v.size,) * v.count))
+        k = self.variable_count or 1
+        base, extra = divmod(self.params, k)
+        return (base + 1,) * extra + (base,) * (k - extra)
+
+
+class LazyRegularization(Strict):
+    """A regularisation phase run as a step of its own every `every` minibatches (StyleGAN2's
+    lazy regularisation: R1 on D with D_reg_interval 16, path length on G with G_reg_interval 4;
+    NVlabs/stylegan2 training/training_loop.py), at the first minibatch and every `every`-th
+    after it: its own forward and backward (`compute_s`, at the scenario's reference batch on
+    one GPU, scaling with the batch like the other phases), then the all-reduce of all of that
+    network's gradients (as `options.gradient_sync` issues them) and its optimizer update."""
+
+    name: str = Field(default="regularization", min_length=1)
+    network: Literal["discriminator", "generator"]
+    every: Annotated[int, Field(ge=1, le=1000)]
+    compute_s: Seconds
 
 
 class GanNetworks(Strict):
@@ -190,6 +265,14 @@ class GanWorkloadSpec(Strict):
     d_steps_per_g_step: DStepCount = 1
     networks: GanNetworks
     data: DataFigures = DataFigures()
+    # lazy regularisation phases (StyleGAN2's R1 and path length); with any, `steps` must be a
+    # whole number of their period (the lcm of their `every`), so that the step time is the
+    # exact mean over whole periods
+    regularization: list[LazyRegularization] = Field(default_factory=list, max_length=16)
+
+    def regularization_period(self) -> int:
+        """Minibatches after which the pattern of regularisation phases repeats."""
+        return math.lcm(1, *(r.every for r in self.regularization))
 
 
 class AllreduceWorkloadSpec(Strict):
@@ -274,6 +357,10 @@ class TrainingOptions(Strict):
     """How one data-parallel step is run (the DDP-like knobs of DESIGN.md)."""
 
     overlap: bool = False  # DDP-style bucketed all-reduce overlapped with backward
+    # how gradients are all-reduced (GradientSync above); left out, `ddp_buckets` with
+    # overlap and `per_phase_flat` without. overlap: true is ddp_buckets, so with any other
+    # gradient_sync it is an error
+    gradient_sync: GradientSync | None = None
     bucket_MiB: Multiplier = 25.0
     first_bucket_MiB: Multiplier = 1.0
     gradient_dtype: GradientDtype = "fp32"
@@ -305,6 +392,19 @@ class TrainingOptions(Strict):
     # the NCCL release whose tuning model (choices, latencies, caps) the `nccl` algorithm
     # follows; default: the topology's nccl_version, else the newest the model follows
     nccl_version: NcclVersion | None = None
+
+    @model_validator(mode="after")
+    def _one_sync(self) -> "TrainingOptions":
+        if self.overlap and self.gradient_sync not in (None, "ddp_buckets"):
+            raise ValueError(f"overlap: true is gradient_sync: ddp_buckets; it cannot go with "
+                             f"gradient_sync: {self.gradient_sync}")
+        return self
+
+    def sync(self) -> str:
+        """The gradient_sync in effect (see gradient_sync)."""
+        if self.gradient_sync is not None:
+            return self.gradient_sync
+        return "ddp_buckets" if self.overlap else "per_phase_flat"
 
 
 # ----------------------------------------------------------------------------- what-ifs
@@ -462,6 +562,7 @@ SWEEPABLE = (
     "link_bandwidth_scale",
     "steps",
     "overlap",
+    "gradient_sync",
     "gradient_dtype",
     "chunks",
     "platform",
@@ -515,6 +616,12 @@ class Scenario(Strict):
         workload = info.data.get("workload")
         if isinstance(workload, GanWorkloadSpec):
             limits.STEPS.validator(steps * workload.d_steps_per_g_step)
+            period = workload.regularization_period()
+            if steps % period:
+                everies = ", ".join(str(r.every) for r in workload.regularization)
+                raise ValueError(f"steps ({steps}) must be a whole number of lazy-regularisation periods of "
+                                 f"{period} minibatches (the lcm of every: {everies}), e.g. "
+                                 f"{period * max(1, round(steps / period))}")
         return steps
 
     @field_validator("sweep")
@@ -566,6 +673,8 @@ def _field_path(loc: tuple[Any, ...]) -> str:
         elif item in ("name", "allreduce", "gan") and parts and parts[-1].endswith("workload"):
             continue  # pydantic's union-branch tags say nothing a user wrote
         elif item in ("catalog", "inline") and parts and parts[-1].endswith("storage"):
+            continue
+        elif item in ("variable size", "variable group"):
             continue
         else:
             parts.append(("." if parts else "") + str(item))

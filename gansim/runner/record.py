@@ -95,6 +95,11 @@ def utilisation(timeline: RunTimeline) -> tuple[list[dict[str, Any]], dict[str, 
 
 
 def analyze(timeline: RunTimeline, workload: Workload) -> dict[str, Any]:
+    """The run's figures. step_time_s is the makespan over the simulated steps: with lazy
+    regularisation phases, the config makes `steps` a whole number of their period (the lcm of
+    their intervals), so it is the exact mean over whole periods, every phase weighted by how
+    often it runs (1/every), and the all-reduced bytes per step are averaged the same way
+    (gansim.training.step.gradient_params_per_step)."""
     ex = timeline.execution
     steps = timeline.steps
     step_time = ex.makespan / steps

@@ -19,7 +19,7 @@ from gansim.topology.graph import Topology, load_topology
 from gansim.training.workloads import scenario_workload
 
 # sweep axes that live under the scenario's `options:`
-OPTION_AXES = ("overlap", "gradient_dtype", "chunks")
+OPTION_AXES = ("overlap", "gradient_sync", "gradient_dtype", "chunks")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ the flow network. Returns raw timings; gansim/runner/record.py turns them into f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import simpy
@@ -12,6 +13,7 @@ import simpy
 from gansim.collectives.communicator import CollectiveSpan, Communicator
 from gansim.collectives import uncontended as uncontended_plays
 from gansim.core.config import TrainingOptions
+from gansim.core.registry import Registry
 from gansim.core.units import MiB
 from gansim.network.cluster import Cluster
 from gansim.network.engine import (
@@ -150,41 +152,33 @@ class StepBuilder:
             return 0.0  # nothing to do, or a device whose memory bandwidth is unknown
         return quantize_seconds(wire_bytes / bytes_per_gradient_element(dtype), dtype, self.bandwidth_GBps)
 
-    def network_step(self, after: np.ndarray, net: str, forward: float, backward: float, optimizer: float,
+    def network_step(self, after: np.ndarray, net: str, forward: float | None, backward: float, optimizer: float,
                      tensors: tuple[int, ...], bytes_per_param: float, recompute: float = 0.0,
                      buffers: tuple[tuple[str, float], ...] = ()) -> np.ndarray:
-        """One network's forward, backward (with its gradient all-reduce) and optimizer;
-        `buffers` (network, bytes) are broadcast from rank 0 first (DDP's broadcast_buffers)."""
+        """One network's forward (none for a regularisation phase, whose `backward` is all its
+        compute), backward with its gradient all-reduce (as options.gradient_sync issues it,
+        GRADIENT_SYNCS) and optimizer; `buffers` (network, bytes) are broadcast from rank 0
+        first (DDP's broadcast_buffers)."""
         opts = self.point.options
         if opts.broadcast_buffers and self.cluster.ranks > 1:
             for owner, nbytes in buffers:
                 if nbytes > 0:
                     after = self.comm.broadcast(after, nbytes, f"{owner} buffers broadcast")
-        done_forward = self.compute(after, forward, f"{net} forward")
+        done_forward = after if forward is None else self.compute(after, forward, f"{net} forward")
         if recompute > 0:  # activation checkpointing: the forward again, inside backward
             done_forward = self.compute(done_forward, recompute, f"{net} recompute")
         grad_bytes = [t * bytes_per_param for t in tensors]
-        total = sum(grad_bytes)
         if self.cluster.ranks == 1:
-            done_backward = self.compute(done_forward, backward, f"{net} backward")
-            ready = done_backward
-        elif not opts.overlap:
-            done_backward = self.compute(done_forward, backward, f"{net} backward")
-            ready = self.allreduce(done_backward, total, f"{net} all-reduce")
+            ready = self.compute(done_forward, backward, f"{net} backward")
         else:
-            buckets = ddp_buckets(grad_bytes, opts.first_bucket_MiB * MiB, opts.bucket_MiB * MiB)
-            piece_done = done_forward
-            comm_done: np.ndarray | None = None
-            for i, size in enumerate(buckets):
-                piece_done = self.compute(piece_done, backward * size / total, f"{net} backward (bucket {i})")
-                entry = piece_done if comm_done is None else self.join(piece_done, comm_done,
-                                                                       label=f"{net} bucket {i} ready")
-                comm_done = self.allreduce(entry, size, f"{net} all-reduce (bucket {i})")
-            assert comm_done is not None
-            ready = self.join(piece_done, comm_done, label=f"{net} gradients ready")
+            ready = GRADIENT_SYNCS.get(opts.sync(), field="options.gradient_sync")(
+                self, done_forward, net, backward, grad_bytes)
         return self.compute(ready, optimizer, f"{net} optimizer")
 
-    def gan_step(self, after: np.ndarray, workload: GanWorkload, phases: StepPhases) -> np.ndarray:
+    def gan_step(self, after: np.ndarray, workload: GanWorkload, phases: StepPhases, step: int = 0) -> np.ndarray:
+        """Minibatch `step` (from 0): input, the D steps, D's regularisation phases that run
+        at this step, the G step, then G's (NVlabs/stylegan2 runs G's before D's; the order
+        only decides what waits for what inside the step)."""
         opts = self.point.options
         graph, cluster = self.graph, self.cluster
         if opts.host_overhead_per_replica_s > 0:
@@ -211,8 +205,79 @@ class StepBuilder:
         for k in range(workload.d_steps_per_g_step):
             after = self.network_step(after, "D", phases.d_forward_s, phases.d_backward_s, phases.d_optimizer_s,
                                       workload.d_param_tensors, bytes_per_param, d_again, once if k == 0 else ())
-        return self.network_step(after, "G", phases.g_forward_s, phases.g_backward_s, phases.g_optimizer_s,
-                                 workload.g_param_tensors, bytes_per_param, g_again)
+        after = self.regularization_steps(after, "D", step, workload, phases, bytes_per_param)
+        after = self.network_step(after, "G", phases.g_forward_s, phases.g_backward_s, phases.g_optimizer_s,
+                                  workload.g_param_tensors, bytes_per_param, g_again)
+        return self.regularization_steps(after, "G", step, workload, phases, bytes_per_param)
+
+    def regularization_steps(self, after: np.ndarray, net: str, step: int, workload: GanWorkload,
+                             phases: StepPhases, bytes_per_param: float) -> np.ndarray:
+        """Network `net`'s lazy regularisation phases due at `step`: each its compute, the
+        all-reduce of all the network's gradients and its optimizer update (the TF code's
+        RegD/RegG optimizers share TrainD/TrainG's Adam state and apply it again)."""
+        tensors = workload.d_param_tensors if net == "D" else workload.g_param_tensors
+        optimizer = phases.d_optimizer_s if net == "D" else phases.g_optimizer_s
+        for reg in phases.regularization:
+            if reg.network == net and reg.runs_at(step):
+                after = self.network_step(after, f"{net} {reg.name}", None, reg.compute_s, optimizer, tensors,
+                                          bytes_per_param)
+        return after
+
+
+def gradient_params_per_step(workload: GanWorkload, phases: StepPhases) -> float:
+    """Gradient elements all-reduced per minibatch, averaged over a regularisation period:
+    every D step's and the G step's, and each regularisation phase's network's 1/every."""
+    params = float(workload.d_params * workload.d_steps_per_g_step + workload.g_params)
+    for reg in phases.regularization:
+        params += (workload.d_params if reg.network == "D" else workload.g_params) / reg.every
+    return params
+
+
+# How a network's gradients are all-reduced: each takes the builder, the task after which
+# the backward starts, the network's label, the backward's seconds and the gradient bytes of
+# each trainable variable (gradient-ready order), and returns per rank the task at whose end
+# the summed gradients are ready. The names are config.GradientSync's.
+GradientSync = Callable[[StepBuilder, np.ndarray, str, float, list[float]], np.ndarray]
+GRADIENT_SYNCS: Registry[GradientSync] = Registry("gradient sync")
+
+
+@GRADIENT_SYNCS.register("per_phase_flat")
+def per_phase_flat(b: StepBuilder, after: np.ndarray, net: str, backward: float, grad_bytes: list[float]) -> np.ndarray:
+    """The backward, then one all-reduce of all the phase's gradients as one buffer
+    (StyleGAN3's training/training_loop.py: torch.cat of every grad, one
+    torch.distributed.all_reduce per phase). The copy into the flat buffer is not charged."""
+    done = b.compute(after, backward, f"{net} backward")
+    return b.allreduce(done, sum(grad_bytes), f"{net} all-reduce")
+
+
+@GRADIENT_SYNCS.register("per_variable")
+def per_variable(b: StepBuilder, after: np.ndarray, net: str, backward: float, grad_bytes: list[float]) -> np.ndarray:
+    """The backward, then one all-reduce per trainable variable, one after another (NVlabs/
+    stylegan2 dnnlib/tflib/optimizer.py apply_updates: nccl_ops.all_sum per variable, over
+    the variables in order; NCCL runs a communicator's collectives in the order issued). Each
+    is a collective of its own: its own latency and pipeline fill in the cost model."""
+    ready = b.compute(after, backward, f"{net} backward")
+    for i, size in enumerate(grad_bytes):
+        ready = b.allreduce(ready, size, f"{net} all-reduce (variable {i})")
+    return ready
+
+
+@GRADIENT_SYNCS.register("ddp_buckets")
+def ddp_bucketed(b: StepBuilder, after: np.ndarray, net: str, backward: float, grad_bytes: list[float]) -> np.ndarray:
+    """PyTorch DDP: the variables fill buckets in gradient-ready order (ddp_buckets); each
+    bucket's share of the backward (by bytes) runs, then its all-reduce, overlapped with the
+    rest of the backward and issued in bucket order."""
+    opts = b.point.options
+    total = sum(grad_bytes)
+    buckets = ddp_buckets(grad_bytes, opts.first_bucket_MiB * MiB, opts.bucket_MiB * MiB)
+    piece_done = after
+    comm_done: np.ndarray | None = None
+    for i, size in enumerate(buckets):
+        piece_done = b.compute(piece_done, backward * size / total, f"{net} backward (bucket {i})")
+        entry = piece_done if comm_done is None else b.join(piece_done, comm_done, label=f"{net} bucket {i} ready")
+        comm_done = b.allreduce(entry, size, f"{net} all-reduce (bucket {i})")
+    assert comm_done is not None
+    return b.join(piece_done, comm_done, label=f"{net} gradients ready")
 
 
 def wire_bytes_per_param(workload: GanWorkload, options: TrainingOptions) -> float:
@@ -297,10 +362,9 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
             step_ends.append(after)
     else:
         assert phases is not None
-        params_per_step = workload.d_params * workload.d_steps_per_g_step + workload.g_params
-        grad_bytes = wire_bytes_per_param(workload, point.options) * params_per_step
-        for _ in range(point.steps):
-            after = builder.gan_step(after, workload, phases)
+        grad_bytes = wire_bytes_per_param(workload, point.options) * gradient_params_per_step(workload, phases)
+        for step in range(point.steps):
+            after = builder.gan_step(after, workload, phases, step)
             step_ends.append(after)
     frozen = graph.freeze()
     execution = execute(frozen, env, cluster.network)

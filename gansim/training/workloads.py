@@ -155,6 +155,21 @@ def dcgan_cifar() -> GanArchitecture:
 
 # ----------------------------------------------------------------------------- phases
 @dataclass(frozen=True)
+class RegularizationPhase:
+    """A lazy regularisation phase (config.LazyRegularization): network "D" or "G", run at
+    the minibatches whose index (from 0) is a multiple of `every`, `compute_s` seconds of
+    forward and backward at the phases' batch."""
+
+    name: str
+    network: str
+    every: int
+    compute_s: float
+
+    def runs_at(self, step: int) -> bool:
+        return step % self.every == 0
+
+
+@dataclass(frozen=True)
 class StepPhases:
     """Seconds of one rank's step at `batch` samples, on an uncontended device.
 
@@ -171,6 +186,11 @@ class StepPhases:
     g_forward_s: float
     g_backward_s: float
     g_optimizer_s: float
+    # lazy regularisation phases, run every so many steps (scaled like forward and backward)
+    regularization: tuple[RegularizationPhase, ...] = ()
+
+    def _regularization_times(self, factor: float) -> tuple[RegularizationPhase, ...]:
+        return tuple(replace(r, compute_s=r.compute_s * factor) for r in self.regularization)
 
     def slowed(self, factor: float) -> "StepPhases":
         """Every phase `factor` times longer (ranks sharing cores)."""
@@ -178,16 +198,17 @@ class StepPhases:
             self, data_host_s=self.data_host_s * factor, d_forward_s=self.d_forward_s * factor,
             d_backward_s=self.d_backward_s * factor, d_optimizer_s=self.d_optimizer_s * factor,
             g_forward_s=self.g_forward_s * factor, g_backward_s=self.g_backward_s * factor,
-            g_optimizer_s=self.g_optimizer_s * factor,
+            g_optimizer_s=self.g_optimizer_s * factor, regularization=self._regularization_times(factor),
         )
 
     def at_batch(self, batch: float) -> "StepPhases":
-        """Forward, backward and input scale with the batch; optimizer updates do not."""
+        """Forward, backward, regularisation and input scale with the batch; optimizer
+        updates do not."""
         k = batch / self.batch
         return replace(
             self, batch=batch, data_host_s=self.data_host_s * k, d_forward_s=self.d_forward_s * k,
             d_backward_s=self.d_backward_s * k, g_forward_s=self.g_forward_s * k,
-            g_backward_s=self.g_backward_s * k,
+            g_backward_s=self.g_backward_s * k, regularization=self._regularization_times(k),
         )
 
 
@@ -317,10 +338,13 @@ def resolve_workload(spec: str | GanWorkloadSpec | AllreduceWorkloadSpec | Profi
         per_gpu_batch, spec.data.host_prep_s, spec.data.bytes_per_sample,
         d.forward_s, d.backward_s, d.optimizer_s, g.forward_s, g.backward_s, g.optimizer_s,
     )
+    regularization = tuple(RegularizationPhase(r.name, "D" if r.network == "discriminator" else "G", r.every,
+                                               r.compute_s) for r in spec.regularization)
     return GanWorkload(
         name=spec.name, d_params=d.params, g_params=g.params, bytes_per_param=spec.bytes_per_param,
-        d_steps_per_g_step=spec.d_steps_per_g_step, d_param_tensors=(d.params,), g_param_tensors=(g.params,),
-        measured=measured, architecture=None, d_buffer_bytes=d.buffer_bytes, g_buffer_bytes=g.buffer_bytes,
+        d_steps_per_g_step=spec.d_steps_per_g_step, d_param_tensors=d.variable_sizes(),
+        g_param_tensors=g.variable_sizes(), measured=replace(measured, regularization=regularization),
+        architecture=None, d_buffer_bytes=d.buffer_bytes, g_buffer_bytes=g.buffer_bytes,
     )
 
 
