@@ -80,9 +80,10 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str,
                 "datasheet figures to the profile as provenance.device_tflops and "
                 "provenance.device_memory_bandwidth_GBps", source=loaded.source, field="profile") from None
         phases, _ = scale_phases(phases, profile.measured.phase_costs, source, target)
+    assert not phases.regularization  # a profile measures no lazy regularisation phases
     return ProfiledWorkloadSpec(
         name=workload.name, from_profile=path, d_steps_per_g_step=workload.d_steps_per_g_step,
-        phases=StepPhaseFigures(**dataclasses.asdict(phases)),
+        phases=StepPhaseFigures(**{k: v for k, v in dataclasses.asdict(phases).items() if k != "regularization"}),
         d_param_tensors=list(workload.d_param_tensors), g_param_tensors=list(workload.g_param_tensors),
         d_buffer_bytes=workload.d_buffer_bytes, g_buffer_bytes=workload.g_buffer_bytes,
     )
