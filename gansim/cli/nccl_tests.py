@@ -57,16 +57,9 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
     sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"),
                         number(args.stepfactor, "-f"))
     from gansim.collectives.nccl_versions import era_for
-    from gansim.core.nccl_release import check_version
 
-    version = args.nccl_version
-    if version is not None:
-        try:
-            check_version(version)
-        except ValueError as exc:
-            raise UserInputError(str(exc), field="--nccl-version") from None
-    options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=version)
-    era = era_for(version or topology.nccl_version)
+    era = era_for(args.nccl_version, field="--nccl-version") if args.nccl_version else era_for(topology.nccl_version)
+    options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=args.nccl_version)
     rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology,
                             explain=args.explain)
     human = sys.stderr if args.json else sys.stdout

@@ -24,7 +24,6 @@ PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 LL, LL128, SIMPLE = PROTOCOLS
 
-# NCCL_ALGO names in tuning.cc's hwLat rows
 # tuning.cc: "Trees are not perfectly sticking to the model for medium sizes": per protocol,
 # powers of two from 64 B
 TREE_CORRECTION = (

@@ -171,14 +171,15 @@ ERAS = (ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ER
 NEWEST = ERA_2_30
 
 
-def era_for(version: str | None) -> NcclEra:
-    """The tuning era of an NCCL version (None: the newest the model follows)."""
+def era_for(version: str | None, field: str = "nccl_version") -> NcclEra:
+    """The tuning era of an NCCL version (None: the newest the model follows); a version the
+    model does not follow is the one-line error naming `field`."""
     if version is None:
         return NEWEST
     try:
         major_minor = parse_version(check_version(version))[:2]
     except ValueError as exc:
-        raise UserInputError(str(exc), field="nccl_version") from None
+        raise UserInputError(str(exc), field=field) from None
     return [era for era in ERAS if era.first <= major_minor][-1]
 
 
