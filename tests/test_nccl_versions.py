@@ -93,3 +93,11 @@ def test_a_version_the_model_does_not_follow_is_one_line(bad, tmp_path, capsys):
 def test_nccl_tests_prints_the_release_it_models(capsys):
     assert main(["nccl-tests", "dgx-a100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-version", "2.18.3"]) == 0
     assert "NCCL 2.18 tuning model (v2.18.3-1)" in capsys.readouterr().out
+
+
+def test_a_version_written_as_a_yaml_number_is_refused_with_the_way_out(tmp_path, capsys):
+    """YAML reads `nccl_version: 2.10` as the number 2.1: refused, saying to quote it."""
+    (tmp_path / "box.yaml").write_text("name: box\nnccl_version: 2.10\ngenerator: nvswitch\nparams: {gpus: 8}\n")
+    assert main(["nccl-tests", str(tmp_path / "box.yaml"), "-g", "8", "-b", "1M", "-e", "1M"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nccl_version" in err[0] and "in quotes" in err[0]

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -52,8 +53,17 @@ def _nccl_version(text: str) -> str:
     return check_version(text)
 
 
+def _nccl_version_as_text(value: Any) -> Any:
+    # YAML reads 2.18 as a number, and 2.10 as 2.1: a number is refused with the way out
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"write the NCCL version as text, in quotes ('{value}'): a YAML number loses "
+                         "trailing zeros (2.10 reads as 2.1)")
+    return value
+
+
 # an NCCL release whose tuning model gansim follows: "2.18", "2.18.3" (gansim/core/nccl_release.py)
-NcclVersion = Annotated[str, Field(min_length=3, max_length=20), AfterValidator(_nccl_version)]
+NcclVersion = Annotated[str, BeforeValidator(_nccl_version_as_text), Field(min_length=3, max_length=20),
+                        AfterValidator(_nccl_version)]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 
