@@ -8,7 +8,9 @@ import json
 import pytest
 
 from gansim.cli.main import main
-from gansim.prediction.nccl_tests import operation_bytes, parse_size, sweep_sizes
+from gansim.core.config import parse_size
+from gansim.core.errors import UserInputError
+from gansim.prediction.nccl_tests import operation_bytes, sweep_sizes
 from tests.cli_checks import run_bad
 
 
@@ -47,6 +49,12 @@ def test_forcing_nccl_algo_and_proto(capsys):
 
 def test_size_syntax_and_sweep():
     assert parse_size("8", "-b") == 8 and parse_size("64K", "-b") == 65536 and parse_size("8G", "-e") == 8 << 30
+    # one grammar for every size flag: nccl-tests' K/M/G and calibrate's 4MiB both read
+    assert parse_size("4MiB", "--sizes") == parse_size("4M", "-b") == 4 << 20
+    assert parse_size("1.5K", "-b") == 1536 and parse_size("2T", "-e") == 2 << 40
+    for bad in ("8X", "0", "0.5", "-4K", "2048T"):
+        with pytest.raises(UserInputError, match="allowed"):
+            parse_size(bad, "-b")
     assert sweep_sizes(8, 64, 2) == [8, 16, 32, 64]
     assert operation_bytes("all_reduce", 1 << 20, 8) == (1 << 20, 1 << 18)
 

@@ -9,19 +9,16 @@ returns 130.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
 
 from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
 from gansim.cli.args import number, positive_int_list, whole_number
 from gansim.core import limits
+from gansim.core.config import parse_size
 from gansim.core.errors import UserInputError
 
 INSTALL_HINT = "pip install 'gansim[calibrate]' torch==2.13.0"
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
-_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
 
 
 def register(subparsers: Any) -> None:
@@ -111,19 +108,11 @@ def parse_world_sizes(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def parse_size(text: str, flag: str = "--sizes") -> int:
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise UserInputError(f"{text!r} is not a size; allowed: bytes such as 4096, 4K, 64M",
-                             field=flag)
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
 def parse_sizes(text: str) -> tuple[int, ...]:
     if ":" not in str(text):
         raise UserInputError(f"{text!r}: allowed: LO:HI, e.g. 4K:64M", field="--sizes")
     lo_s, hi_s = str(text).split(":", 1)
-    lo, hi = parse_size(lo_s), parse_size(hi_s)
+    lo, hi = parse_size(lo_s, "--sizes"), parse_size(hi_s, "--sizes")
     if lo < 4 or lo % 4:
         raise UserInputError(f"LO {lo} B: allowed: a multiple of 4 bytes (float32), >= 4",
                              field="--sizes")

@@ -41,7 +41,8 @@ def register(sub: Any) -> None:
 # pay for loading it.
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
     from gansim.collectives.schedules import ALGORITHMS
-    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, parse_size, row_json, sweep_sizes
+    from gansim.core.config import parse_size
+    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, row_json, sweep_sizes
     from gansim.topology.graph import load_topology
 
     topology = load_topology(args.topology, field="topology")

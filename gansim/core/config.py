@@ -12,6 +12,7 @@ with (no NaN, infinity, overflow or division by zero)."""
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
@@ -107,6 +108,25 @@ Fraction = Annotated[float, Field(gt=0, le=1), at_least(1e-6, "")]
 MAX_BYTES = 2**50  # 1 PiB: any one buffer, message or file
 ByteCount = Annotated[int, Field(ge=0, le=MAX_BYTES)]
 PositiveByteCount = Annotated[int, Field(ge=1, le=MAX_BYTES)]
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str, field: str) -> int:
+    """A byte count as a user types it on a command line: a number with an optional K, M, G
+    or T (powers of 1024, as nccl-tests' src/common.cu parsesize reads them) and an optional
+    B or iB: 4096, 64K, 1.5M, 4MiB, 8G."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+    if not match:
+        raise UserInputError(f"{text!r} is not a size; allowed: bytes such as 8, 64K, 1.5M, 4MiB or 8G",
+                             field=field)
+    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if value < 1:
+        raise UserInputError(f"{text!r}: allowed: a size of at least 1 byte", field=field)
+    if not value <= MAX_BYTES:  # also a number too long for a float (infinity)
+        raise UserInputError(f"{text!r}: allowed: a size of at most {MAX_BYTES:,} bytes (1 PiB)", field=field)
+    return int(value)
 Bytes = Annotated[float, Field(ge=0, le=float(MAX_BYTES))]
 ParamCount = Annotated[int, Field(ge=1, le=10**13)]
 Count = Annotated[int, Field(ge=1, le=10**9)]  # cores, threads, batch sizes, queue depths

@@ -11,14 +11,13 @@ src/common.cu, src/*.cu *GetCollByteCount / *GetBw, doc/PERFORMANCE.md):
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gansim.collectives.closed_forms import algbw, bus_factor
 from gansim.collectives.nccl import NCCL
 from gansim.collectives.nccl_explain import Explanation
-from gansim.core.config import MAX_BYTES, TrainingOptions
+from gansim.core.config import TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.runner.collective import collective_times
 from gansim.topology.graph import Topology
@@ -39,20 +38,6 @@ class NcclTestsRow:
     protocol: str
     channels: int
     explain: Explanation | None = None  # with --explain: what bounds the row
-
-
-def parse_size(text: str, flag: str) -> int:
-    """nccl-tests' size syntax (src/common.cu parsesize): a number with an optional K, M or G
-    (powers of 1024)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?\s*", text)
-    if not match:
-        raise UserInputError(f"expected a size such as 8, 64K, 128M or 8G, got {text!r}", field=flag)
-    value = float(match.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
-    if value < 1:
-        raise UserInputError(f"expected a size of at least 1 byte, got {text!r}", field=flag)
-    if not value <= MAX_BYTES:  # also a number too long for a float (infinity)
-        raise UserInputError(f"expected a size of at most {MAX_BYTES:,} bytes (1 PiB), got {text!r}", field=flag)
-    return int(value)
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
