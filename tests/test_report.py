@@ -27,7 +27,9 @@ from pathlib import Path
 import pytest
 
 from gansim.cli.main import main
-from gansim.outputs.report import validation_page
+from gansim.outputs.plot import Figure, scatter
+from gansim.outputs.report import Section, html_page
+from tests.test_predict import profile
 
 # ----------------------------------------------------------------------------- the browser
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -181,19 +183,20 @@ def test_topology_show_writes_a_drawing_that_renders(tmp_path, capsys):
     assert "nvlink link" in text and "pcie link" in text and "50 GB/s" in text  # kinds and bandwidths
 
 
-def test_validation_page_renders(tmp_path):
-    path = tmp_path / "v.html"
-    path.write_text(validation_page("measured vs predicted", [1, 2, 4],
-                                    {"measured": [1.0, 1.5, 2.1], "predicted": [1.0, 1.6, 2.0]}))
-    page = render(path)
+def test_validate_report_renders(tmp_path):
+    """`gansim validate --profile`'s report.html: the ideal line, measured and predicted."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile().model_dump(mode="json", by_alias=True)))
+    assert main(["validate", "--profile", str(path), "--out", str(tmp_path / "v")]) == 0
+    page = render(tmp_path / "v" / "report.html")
     assert_clean(page)
-    (plot,) = page.plots()
-    assert plot["traces"] == 3 and plot["points"] == 9
+    (drawn,) = page.plots()
+    assert drawn["traces"] == 3 and drawn["points"] == 3 * 2  # world sizes 1 and 2
 
 
 def test_the_browser_check_catches_a_broken_page(tmp_path):
     path = tmp_path / "broken.html"
-    good = validation_page("x", [1, 2], {"a": [1.0, 2.0]})
+    good = html_page("x", [Section("a plot", [Figure(scatter(x=[1, 2], y=[1.0, 2.0]))])])
     path.write_text(good.replace("</body>", "<script>undefinedFunction()</script></body>"))
     page = render(path)
     assert page.html_attr("data-gansim-errors") == "1"

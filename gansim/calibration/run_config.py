@@ -92,7 +92,3 @@ class RunConfig:
     reduce_sizes: tuple[int, ...] = DEFAULT_REDUCE_SIZES
     fault: Optional[str] = None
     host: str = "127.0.0.1"  # rendezvous address for run_local
-
-    @property
-    def device_kind(self) -> str:
-        return "cuda" if self.backend == "nccl" else "cpu"

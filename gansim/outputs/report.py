@@ -10,8 +10,7 @@ what a scenario predicts and why:
 * a drawing of each topology, link kinds and bandwidths, bottleneck links in red (machines
   collapsed to one marker each on clusters of many GPUs).
 
-The same page builder (`html_page`) serves `gansim topology show --out` and can serve
-`gansim validate` (`validation_page`). If any script on a page fails, the page says so in
+The same page builder (`html_page`) serves `gansim topology show --out` and `gansim validate`. If any script on a page fails, the page says so in
 a red banner at its top (and records it in the `data-gansim-errors` attribute of <html>,
 which the browser test reads)."""
 
@@ -480,15 +479,3 @@ def topology_page(topo: Topology, info: dict[str, Any], summary_text: str) -> st
             "full duplex). Hover over a node or a link's midpoint for its figures.")),
         Section("Summary", html=f"<pre>{html.escape(summary_text)}</pre>", anchor="summary"),
     ], subtitle=html.escape(info.get("description", "")))
-
-
-def validation_page(title: str, sizes: Sequence[int], series: dict[str, Sequence[float]], *,
-                    subtitle: str = "", ylabel: str = "speed-up (weak scaling: N T1 / TN)") -> str:
-    """A speed-up comparison page (what `gansim validate` draws: measured vs predicted),
-    with the ideal line; gansim/outputs/validation.py can call this instead of building its own."""
-    fig = Figure(plot.scatter(x=list(sizes), y=list(sizes), mode="lines", name="ideal",
-                              line={"dash": "dot", "color": "grey"}))
-    for name, values in series.items():
-        fig.add_trace(plot.scatter(x=list(sizes), y=list(values), mode="lines+markers", name=name))
-    fig.update_layout(title=title, xaxis={"title": "ranks"}, yaxis={"title": ylabel}, height=520)
-    return html_page(title, [Section("Speed-up", [fig], anchor="speedup")], subtitle=subtitle)

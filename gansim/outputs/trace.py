@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from gansim.network.engine import (
-    COMMUNICATION,
     COMPUTE,
     DATA,
     DELAY,

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
 from gansim.core.errors import UserInputError
-from gansim.core.files import read_yaml, shipped_dir, shipped_names
+from gansim.core.files import read_yaml, shipped_dir
 from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, parse_version
 from gansim.core.units import MiB
 from gansim.prediction.nccl_tests import OPS, nccl_tests_table
@@ -94,10 +94,6 @@ class PublishedFile:
 
     def options(self) -> TrainingOptions:
         return TrainingOptions(nccl_version=self.model_version)
-
-
-def published_names() -> list[str]:
-    return shipped_names("validation")
 
 
 def load_published(name: str | None = None, directory: Path | None = None) -> list[PublishedFile]:

@@ -101,10 +101,6 @@ def platform_names() -> list[str]:
     return sorted(load_catalog().platforms)
 
 
-def storage_names() -> list[str]:
-    return sorted(load_catalog().storage)
-
-
 def catalog_entry(table: Mapping[str, T], name: str, what: str, *, source: str | None, field: str) -> T:
     """`table[name]`, or the one-line error naming what is allowed."""
     try:
@@ -160,5 +156,3 @@ def run_cost(platform: PlatformSpec | None, gpus: int, seconds: float, pricing: 
         watts = gpus * platform.gpu_power_W + (instances * platform.host_power_W if platform.host_power_W else 0.0)
         out["energy_kWh"] = watts * hours / 1000.0
     return out
-
-

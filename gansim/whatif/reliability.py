@@ -18,7 +18,7 @@ checkpoint interval", CACM 17, 1974)."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -206,7 +206,3 @@ def curve_intervals(chosen: int | None, optimum: float | None, total_steps: int,
     values = {int(round(v)) for v in np.geomspace(lo, hi, points)}
     values.update(int(round(a)) for a in anchors if a >= 1)
     return sorted(v for v in values if 1 <= v <= total_steps)
-
-
-def model_dict(model: RunModel) -> dict[str, Any]:
-    return asdict(model)
