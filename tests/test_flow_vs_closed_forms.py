@@ -130,3 +130,26 @@ def test_variable_ranks_wait_for_the_slowest_at_every_collective(gpus):
     assert _straggler_step(gpus, cv, seed=1, steps=20) == _straggler_step(gpus, cv, seed=1, steps=20)
     # one rank waits for nobody: its mean step is kept exactly
     assert _straggler_step(1, cv, steps=20) == _straggler_step(1, 0.0, steps=20)
+
+
+def test_a_cost_model_is_one_registered_class(write_yaml):
+    """A new cost model is a subclass registered by name: a scenario may then name it, and
+    an all-reduce workload's step is exactly what it charges; an unknown name is refused."""
+    from gansim.collectives.communicator import COST_MODELS, AlphaBetaModel, _closed_form_delay, register_cost_model
+    from gansim.core.errors import UserInputError
+    from gansim.whatif.study import load_scenario, simulate_scenario
+
+    @register_cost_model("one_second_per_gib")
+    class OneSecondPerGiB(AlphaBetaModel):
+        def all_reduce(self, comm, entry, nbytes, label):
+            return _closed_form_delay(comm, entry, nbytes / 2**30, label)
+
+    try:
+        scenario = {"name": "c", "topology": "dgx-a100", "workload": {"allreduce_bytes": 1 << 29}, "gpus": [8],
+                    "steps": 1, "cost_model": "one_second_per_gib"}
+        (run,) = simulate_scenario(load_scenario(str(write_yaml("c.yaml", scenario))))["runs"]
+        assert run["step_time_s"] == run["allreduce_time_s"] == 0.5
+        with pytest.raises(UserInputError, match="unknown cost model 'nope'; allowed: .*one_second_per_gib"):
+            load_scenario(str(write_yaml("bad.yaml", dict(scenario, cost_model="nope"))))
+    finally:
+        COST_MODELS._items.pop("one_second_per_gib")

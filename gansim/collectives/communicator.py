@@ -87,24 +87,22 @@ class Communicator:
         model = COST_MODELS.get(self.cost_model, field="cost_model")
         before = self.graph.size
         self._play = None
-        exits = model(self, entry, nbytes, label)
+        if self.algorithm == nccl.NCCL:
+            exits = model.nccl(self, entry, "all_reduce", nbytes, label)
+        else:
+            exits = model.all_reduce(self, entry, nbytes, label)
         self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size), self._play))
         return exits
 
     def broadcast(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
-        """A binomial-tree broadcast of `nbytes` from rank 0, played on the network (flow
-        cost model) or charged by its closed form (the others; the paper has no broadcast,
-        so `paper` charges the alpha-beta form too)."""
+        """A broadcast of `nbytes` from rank 0: NCCL's for the `nccl` algorithm, else a
+        binomial tree, each as the cost model charges it."""
+        model = COST_MODELS.get(self.cost_model, field="cost_model")
         before = self.graph.size
         if self.algorithm == nccl.NCCL:
-            exits = nccl_collective(self, entry, "broadcast", nbytes, label)
-        elif self.cost_model == "flow":
-            count = max(1, int(np.ceil(nbytes / self.element_bytes)))
-            exits = play_schedule(self, entry, broadcast(self.cluster.ranks, count), nbytes, label)
+            exits = model.nccl(self, entry, "broadcast", nbytes, label)
         else:
-            link = self.link_parameters()
-            seconds = binomial_broadcast_time(self.cluster.ranks, nbytes, link.alpha_s, link.beta_s_per_byte)
-            exits = _closed_form_delay(self, entry, seconds, label)
+            exits = model.broadcast(self, entry, nbytes, label)
         self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
         return exits
 
@@ -119,7 +117,7 @@ class Communicator:
             raise UserInputError(f"{op} is modelled for the nccl algorithm only, not {self.algorithm!r}",
                                  field="algorithm")
         before = self.graph.size
-        exits = nccl_collective(self, entry, op, nbytes, label)
+        exits = COST_MODELS.get(self.cost_model, field="cost_model").nccl(self, entry, op, nbytes, label)
         self.spans.append(CollectiveSpan(label, nbytes, entry, exits, (before, self.graph.size)))
         return exits
 
@@ -132,22 +130,38 @@ class Communicator:
         return LinkParameters(max(h.latency_s for h in hops), max(1.0 / h.bottleneck_Bps for h in hops))
 
 
-COST_MODELS: Registry[Callable[[Communicator, np.ndarray, float, str], np.ndarray]] = Registry("cost model")
+class CostModel:
+    """How a collective is charged on the simulated machine. Each method adds the
+    collective's tasks to the communicator's graph after each rank's `entry` task and
+    returns, per rank, the task at whose end that rank leaves it. A new cost model is one
+    subclass registered in COST_MODELS (its name is then allowed in a scenario's
+    `cost_model`)."""
+
+    def all_reduce(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def broadcast(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def nccl(self, comm: Communicator, entry: np.ndarray, op: str, nbytes: float, label: str) -> np.ndarray:
+        """Any of NCCL's collectives (the `nccl` algorithm)."""
+        raise NotImplementedError
+
+
+COST_MODELS: Registry[CostModel] = Registry("cost model")
+
+
+def register_cost_model(name: str) -> Callable[[type[CostModel]], type[CostModel]]:
+    def decorate(cls: type[CostModel]) -> type[CostModel]:
+        COST_MODELS.register(name)(cls())
+        return cls
+
+    return decorate
 
 
 @lru_cache(maxsize=64)
 def _schedule(algorithm: str, ranks: int, count: int, groups: tuple[tuple[int, ...], ...] | None) -> Schedule:
     return build_schedule(algorithm, ranks, count, [list(g) for g in groups] if groups else None)
-
-
-def nccl_collective(comm: Communicator, entry: np.ndarray, op: str, nbytes: float, label: str) -> np.ndarray:
-    """A collective as NCCL runs it: its channels as flows (`flow`), or NCCL's own tuning
-    model's time (`alpha_beta`; the paper's model has no NCCL, so it charges the same)."""
-    state = comm.nccl()
-    if comm.cost_model == "flow":
-        return nccl.play(comm.cluster, comm.graph, state, entry, op, nbytes, label, comm.nccl_algo, comm.nccl_proto)
-    seconds = nccl.model_seconds(state, op, nbytes, comm.nccl_algo, comm.nccl_proto)
-    return _closed_form_delay(comm, entry, seconds, label)
 
 
 def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, label: str) -> np.ndarray:
@@ -161,25 +175,39 @@ def _closed_form_delay(comm: Communicator, entry: np.ndarray, seconds: float, la
     return np.repeat(body, ranks.size)
 
 
-@COST_MODELS.register("alpha_beta")
-def alpha_beta_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
-    if comm.algorithm == nccl.NCCL:
-        return nccl_collective(comm, entry, "all_reduce", nbytes, label)
-    p = comm.cluster.ranks
-    link = comm.link_parameters()
-    groups = [list(g) for g in comm.groups()]
-    seconds = closed_form_time(comm.algorithm, p, nbytes, link.alpha_s, link.beta_s_per_byte,
-                               comm.gamma_s_per_byte, groups)
-    return _closed_form_delay(comm, entry, float(seconds), label)
+@register_cost_model("alpha_beta")
+class AlphaBetaModel(CostModel):
+    """The closed forms (gansim/collectives/closed_forms.py) with alpha and beta of the
+    slowest hop of the rank ring; NCCL's collectives at NCCL's own tuning-model time."""
+
+    def all_reduce(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        p = comm.cluster.ranks
+        link = comm.link_parameters()
+        groups = [list(g) for g in comm.groups()]
+        seconds = closed_form_time(comm.algorithm, p, nbytes, link.alpha_s, link.beta_s_per_byte,
+                                   comm.gamma_s_per_byte, groups)
+        return _closed_form_delay(comm, entry, float(seconds), label)
+
+    def broadcast(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        link = comm.link_parameters()
+        seconds = binomial_broadcast_time(comm.cluster.ranks, nbytes, link.alpha_s, link.beta_s_per_byte)
+        return _closed_form_delay(comm, entry, seconds, label)
+
+    def nccl(self, comm: Communicator, entry: np.ndarray, op: str, nbytes: float, label: str) -> np.ndarray:
+        seconds = nccl.model_seconds(comm.nccl(), op, nbytes, comm.nccl_algo, comm.nccl_proto)
+        return _closed_form_delay(comm, entry, seconds, label)
 
 
-@COST_MODELS.register("paper")
-def paper_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+@register_cost_model("paper")
+class PaperModel(AlphaBetaModel):
     """Seed 002 eqs. (5)-(7) with B the bandwidth per GPU (the slowest ring hop), whatever the
-    algorithm: the paper's model has no latency term and no algorithm."""
-    p = comm.cluster.ranks
-    bandwidth = 1.0 / comm.link_parameters().beta_s_per_byte
-    return _closed_form_delay(comm, entry, paper_allreduce_time(p, nbytes, bandwidth), label)
+    algorithm: the paper's model has no latency term and no algorithm. The paper has no
+    broadcast and no NCCL, so those are charged as `alpha_beta` charges them."""
+
+    def all_reduce(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        p = comm.cluster.ranks
+        bandwidth = 1.0 / comm.link_parameters().beta_s_per_byte
+        return _closed_form_delay(comm, entry, paper_allreduce_time(p, nbytes, bandwidth), label)
 
 
 # Steps are laid out in blocks of at most this many (step, participant) cells, so that
@@ -187,24 +215,33 @@ def paper_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str
 _BLOCK_CELLS = 1 << 21
 
 
-@COST_MODELS.register("flow")
-def flow_model(comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
-    """Play the all-reduce algorithm's schedule on the network (see play_schedule); `nccl`
-    plays NCCL's channels (gansim/collectives/nccl.py)."""
-    if comm.algorithm == nccl.NCCL:
-        return nccl_collective(comm, entry, "all_reduce", nbytes, label)
-    count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
-    groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
-    schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
-    if (comm.uncontended_min_transfers is not None and comm.chunks == 1
-            and schedule.transfers() >= comm.uncontended_min_transfers):
-        plan = comm.play_plan(schedule, nbytes)
-        if plan is not None:
-            if comm._budget is None:
-                comm._budget = TransferBudget(comm.keep_transfers)
-            play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget)
-            return play_uncontended(comm, entry, play, label)
-    return play_schedule(comm, entry, schedule, nbytes, label)
+@register_cost_model("flow")
+class FlowModel(CostModel):
+    """Every transfer of the collective's schedule played on the flow network (see
+    play_schedule), or, where nothing contends with it, solved without it (uncontended)."""
+
+    def all_reduce(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
+        groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
+        schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
+        if (comm.uncontended_min_transfers is not None and comm.chunks == 1
+                and schedule.transfers() >= comm.uncontended_min_transfers):
+            plan = comm.play_plan(schedule, nbytes)
+            if plan is not None:
+                if comm._budget is None:
+                    comm._budget = TransferBudget(comm.keep_transfers)
+                play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget)
+                return play_uncontended(comm, entry, play, label)
+        return play_schedule(comm, entry, schedule, nbytes, label)
+
+    def broadcast(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
+        count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
+        return play_schedule(comm, entry, broadcast(comm.cluster.ranks, count), nbytes, label)
+
+    def nccl(self, comm: Communicator, entry: np.ndarray, op: str, nbytes: float, label: str) -> np.ndarray:
+        """NCCL's channels as flows (gansim/collectives/nccl.py)."""
+        return nccl.play(comm.cluster, comm.graph, comm.nccl(), entry, op, nbytes, label, comm.nccl_algo,
+                         comm.nccl_proto)
 
 
 def play_uncontended(comm: Communicator, entry: np.ndarray, play: UncontendedPlay, label: str) -> np.ndarray:

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from gansim.collectives.communicator import COST_MODELS
 from gansim.collectives.schedules import ALGORITHMS
 from gansim.core import limits
 from gansim.core.config import Scenario, parse
@@ -81,6 +82,8 @@ def validate_references(loaded: LoadedScenario) -> None:
     for i, name in enumerate(s.algorithms):
         ALGORITHMS.get(name, source=src, field=f"algorithms[{i}]")
     for overrides, scenario in loaded.combinations():
+        COST_MODELS.get(scenario.cost_model, source=src,
+                        field="sweep.cost_model" if "cost_model" in overrides else "cost_model")
         topo = loaded.topology(scenario, "sweep.topology" if "topology" in overrides else "topology")
         if max(scenario.gpus) > len(topo.ranks):
             raise UserInputError(
