@@ -26,7 +26,7 @@ from gansim.whatif.catalog import (
     run_cost,
 )
 from gansim.whatif.datasets import DATASETS
-from gansim.whatif.plan import pareto_front, plan
+from gansim.whatif.deadline_plan import pareto_front, plan
 from gansim.whatif.study import load_scenario
 from tests.cli_checks import run_bad
 

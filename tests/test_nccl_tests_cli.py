@@ -10,7 +10,7 @@ import pytest
 from gansim.cli.main import main
 from gansim.core.config import parse_size
 from gansim.core.errors import UserInputError
-from gansim.prediction.nccl_tests import operation_bytes, sweep_sizes
+from gansim.prediction.nccl_tests_table import operation_bytes, sweep_sizes
 from tests.cli_checks import run_bad
 
 

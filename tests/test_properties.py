@@ -27,7 +27,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml
 from gansim.outputs.results import table, to_csv, to_json
 from gansim.prediction.calibrated import predict
-from gansim.prediction.validation import validate
+from gansim.prediction.profile_validation import validate
 from gansim.topology.graph import topology_from_dict
 from gansim.whatif.study import load_scenario, simulate_scenario
 from tests.hostile import BOX, GOOD, PROFILE, leaves, replaced, write_files

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gansim.cli.main import main
-from gansim.prediction.nccl_tests import OPS
+from gansim.prediction.nccl_tests_table import OPS
 from gansim.prediction.published import compare, error_table, load_published, summarize
 from tests.cli_checks import run_bad
 from tests.test_report import assert_clean, render

@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
     from gansim.collectives.schedules import ALGORITHMS
     from gansim.core.config import parse_size
-    from gansim.prediction.nccl_tests import format_table, nccl_tests_table, row_json, sweep_sizes
+    from gansim.prediction.nccl_tests_table import format_table, nccl_tests_table, row_json, sweep_sizes
     from gansim.topology.graph import load_topology
 
     topology = load_topology(args.topology, field="topology")

@@ -18,7 +18,7 @@ from gansim.core.units import HOUR
 from gansim.outputs.names import PLAN_OUTPUT
 from gansim.whatif.catalog import load_catalog, platform_names
 from gansim.whatif.datasets import dataset_for
-from gansim.whatif.plan import format_plan, plan
+from gansim.whatif.deadline_plan import format_plan, plan
 from gansim.whatif.study import load_scenario
 
 

@@ -82,8 +82,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.published is not None:
         return cmd_validate_published(args)
     from gansim.calibration.profile import load_profile
-    from gansim.outputs.validation import write_validation
-    from gansim.prediction.validation import validate
+    from gansim.outputs.validation_files import write_validation
+    from gansim.prediction.profile_validation import validate
 
     out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
     check_output_dir(out_dir, known=KNOWN_OUTPUTS)
@@ -101,7 +101,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_published(args: argparse.Namespace) -> int:
-    from gansim.outputs.validation import write_published_validation
+    from gansim.outputs.validation_files import write_published_validation
     from gansim.prediction.published import as_dict, compare, error_table, load_published, predicted_curves
 
     out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"

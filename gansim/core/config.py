@@ -524,7 +524,7 @@ class ElasticSpec(Strict):
 
 
 class PlanSpec(Strict):
-    """Cheapest configuration that meets a deadline, over catalog platforms (gansim/whatif/plan.py plan)."""
+    """Cheapest configuration that meets a deadline, over catalog platforms (gansim/whatif/deadline_plan.py plan)."""
 
     platforms: list[str] = Field(min_length=1)
     pricing: list[Pricing] = Field(default_factory=lambda: ["on_demand"], min_length=1)

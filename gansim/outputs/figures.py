@@ -9,7 +9,7 @@ from typing import Any
 from gansim.core.units import HOUR
 from gansim.outputs import plot
 from gansim.outputs.plot import Figure
-from gansim.whatif.plan import pareto_front
+from gansim.whatif.deadline_plan import pareto_front
 
 
 def figures_for(summary: dict[str, Any]) -> list[Any]:

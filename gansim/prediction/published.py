@@ -4,7 +4,7 @@ gansim.shipped_validation) and how the model predicts them from each system's to
 Every file names one system, the NCCL version it ran, where its numbers come from (URL and
 which table), the topology written from datasheet line rates, and the measured rows
 (out-of-place columns: size, time, algbw, busbw). The prediction simulates each size with the
-`nccl` algorithm on the flow model (gansim/prediction/nccl_tests.py) and compares busbw;
+`nccl` algorithm on the flow model (gansim/prediction/nccl_tests_table.py) and compares busbw;
 nothing in a file is read by the model except its topology and the sizes."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
 from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, parse_version
 from gansim.core.units import MiB
-from gansim.prediction.nccl_tests import OPS, nccl_tests_table
+from gansim.prediction.nccl_tests_table import OPS, nccl_tests_table
 from gansim.topology.graph import Topology, topology_from_dict
 
 # The goal's range: messages from 1 MiB up (issue 12)

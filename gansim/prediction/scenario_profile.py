@@ -16,7 +16,7 @@ sharing at that rank count). On any other topology the links are the topology's:
 alpha and beta say nothing of another machine's links.
 
 This module is what loading any scenario imports; the rest (the calibration profile's models,
-the calibrated machine, the roofline: gansim/prediction/profiled_scenario.py) is imported only
+the calibrated machine, the roofline: gansim/prediction/profile_on_topology.py) is imported only
 for a scenario that names a profile, so that `gansim simulate` of any other starts sooner."""
 
 from __future__ import annotations
@@ -65,6 +65,6 @@ def apply_profile(loaded: LoadedScenario) -> LoadedScenario:
                              "sweep axis or the profile", source=loaded.source, field="sweep.workload")
     path = profile_path(loaded)
     # imported here, not above: ~25 ms of start-up that a scenario without a profile never needs
-    from gansim.prediction.profiled_scenario import with_profile
+    from gansim.prediction.profile_on_topology import with_profile
 
     return with_profile(loaded, path, topology_names(scenario), CALIBRATED)

@@ -24,7 +24,7 @@ from gansim.training.memory import memory_report
 from gansim.training.workloads import AllreduceWorkload, Workload, scenario_workload
 from gansim.whatif.catalog import get_platform, run_cost
 from gansim.whatif.elastic import simulate_elastic
-from gansim.whatif.plan import plan
+from gansim.whatif.deadline_plan import plan
 from gansim.whatif.storage import resolve_storage
 from gansim.whatif.whole_run import run_segments, whole_run
 

@@ -16,7 +16,7 @@ from gansim.outputs.report import Section, html_page
 from gansim.outputs.results import to_json
 
 if TYPE_CHECKING:  # the profile's models cost a fifth of a second that `gansim simulate` need not pay
-    from gansim.prediction.validation import ValidationReport
+    from gansim.prediction.profile_validation import ValidationReport
 
 
 def write_validation(out_dir: Path, report: ValidationReport, *, source: str) -> list[Path]:

@@ -1,5 +1,5 @@
 """`gansim validate`: predict each calibrated world size from the fitted figures only and
-compare with what was measured (the table; gansim.outputs.validation writes the files)."""
+compare with what was measured (the table; gansim.outputs.validation_files writes the files)."""
 
 from __future__ import annotations
 
