@@ -1,6 +1,6 @@
 """What gansim's commands write into an --out folder, by name only: the CLI reads these at
 start-up to check a folder before any work, so this module imports nothing (the writers in
-results.py and validation.py pull in the report and plotting code)."""
+results.py and validation_files.py pull in the report and plotting code)."""
 
 from __future__ import annotations
 
