@@ -109,14 +109,14 @@ ByteCount = Annotated[int, Field(ge=0, le=MAX_BYTES)]
 PositiveByteCount = Annotated[int, Field(ge=1, le=MAX_BYTES)]
 
 
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def parse_size(text: str, field: str) -> int:
-    """A byte count as a user types it on a command line: a number with an optional K, M, G
-    or T (powers of 1024, as nccl-tests' src/common.cu parsesize reads them) and an optional
-    B or iB: 4096, 64K, 1.5M, 4MiB, 8G."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+    """A byte count as a user types it on a command line: a number with an optional K, M or G
+    (powers of 1024, the units nccl-tests' src/common.cu parsesize reads) and an optional B or
+    iB: 4096, 64K, 1.5M, 4MiB, 8G."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?\s*", str(text))
     if not match:
         raise UserInputError(f"{text!r} is not a size; allowed: bytes such as 8, 64K, 1.5M, 4MiB or 8G",
                              field=field)
