@@ -299,3 +299,47 @@ def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> 
     while nbytes < nc * nt * threshold and nt % 128 == 0:
         nt //= 2
     return nc, nt
+
+
+def nvls_channels(era: NcclEra, machine: NcclMachine) -> int:
+    """comm->nvlsChannels, the CTAs an NVLS or NVLS-Tree collective runs on (transport/nvls.cc:
+    NVLS_NCHANNELS_SM90 16, NVLS_NCHANNELS_SM100 32 from 2.25; 16 for every GPU before)."""
+    return era.nvls_channels_sm100 if machine.capability >= 100 else 16
+
+
+def nvls_tree_chunk_bytes(era: NcclEra, machine: NcclMachine, nbytes: float) -> int:
+    """enqueue.cc computeCollChunkInfo for NVLS-Tree: the era's first chunk, capped from 4
+    nodes on, then halved while the message is small against the concurrent operations
+    (nvlsChannels x nvls.nHeads): below 32 / 16 / 4 / 1 of them at 256 / 128 / 64 / 32 KiB."""
+    heads = machine.nvls.channels if machine.nvls else 1
+    concurrent = nvls_channels(era, machine) * heads
+    chunk = era.nvls_tree_first_chunk
+    if era.nvls_tree_many_nodes_chunk is not None and machine.node_count >= 4:
+        chunk = min(chunk, era.nvls_tree_many_nodes_chunk)
+    for times, smaller in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if nbytes < times * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def pipeline_fill_us(tuning: Tuning, coll: str, algo: str, nbytes: float, algo_GBps: float) -> float:
+    """What NCCL's additive model (latency + bytes / bandwidth) leaves out of an NVLS-Tree
+    all-reduce: the drain of its chunk pipeline across machines. Every concurrent operation
+    (an NVLS channel on one head, nvlsChannels x nHeads of them) moves its share of the buffer
+    chunk by chunk (nvls_tree_chunk_bytes) up the tree of machines and back down; in steady
+    state one chunk passes the slowest stage per chunk time, which the bandwidth term counts,
+    but the last chunk still has to cross the network hops after the first: 2 log2(nNodes)
+    network crossings (up, then down) in all, so 2 log2(nNodes) - 1 chunk times more. A chunk
+    time is one operation's chunk at its share of the algorithm bandwidth. The NVLink stages
+    (multimem reduce and multicast) are left out of the drain: they run several times faster
+    than the network stage. Other algorithms: none (the ring's steps are sequential already
+    in NCCL's latency and bandwidth terms; the tree's medium sizes carry NCCL's own correction,
+    tree_correction)."""
+    machine = tuning.machine
+    if algo != "nvls_tree" or coll != "all_reduce" or machine.node_count < 2 or algo_GBps <= 0:
+        return 0.0
+    heads = machine.nvls.channels if machine.nvls else 1
+    concurrent = nvls_channels(tuning.era, machine) * heads
+    chunk = min(nvls_tree_chunk_bytes(tuning.era, machine, nbytes), nbytes / concurrent)
+    crossings = 2 * log2i(machine.node_count)
+    return (crossings - 1) * chunk * concurrent / (algo_GBps * 1e3)
