@@ -90,3 +90,61 @@ def test_drain_fades_at_large_sizes():
     shares = [pipeline_fill_us(state.tuning, "all_reduce", "nvls_tree", n, algbw) / (n / (algbw * 1e3))
               for n in (16 * MiB, 256 * MiB, 4 * GiB)]
     assert shares[0] > shares[1] > shares[2] and shares[2] < 0.01
+
+
+# ---------------------------------------------------------------- net plugins (NIC_MODELS)
+
+def efa_machine(model: str | None, nics_per_node: int = 32):
+    from gansim.collectives.nccl_topology import NcclMachine
+    params = {"nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "intra_params": H100,
+              "nics_per_node": nics_per_node, "nic_bandwidth_GBps": 12.5, "nic_pcie_bandwidth_GBps": 63.0}
+    if model is not None:
+        params["nic_model"] = model
+    topology = topology_from_dict({"name": "p5", "generator": "multi_node", "params": params}, "test")
+    return NcclMachine.build(topology, 16)
+
+
+def test_plugin_latency_enters_nccls_choice_and_the_fabric_hop_is_played():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine("AWS EFA (p5)"), era_for("2.30.7"))
+    entry = tuning.entry("all_reduce", "tree", "LL128")
+    # tuning.cc tree: baseLat 14 + 2 ((ppn - 1) intraLat + log2(nNodes) interLat), NVLink
+    # LL128 hop 1.25 us; interLat = hwLat[NET][TREE][LL128] 8.5 + the plugin's 75 us
+    assert entry.latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 1 * (8.5 + 75.0)))
+    # played: the EFA hop of AWS's tuner model, 20 us, instead of 8.5 + 75
+    assert entry.played_latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 1 * 20.0))
+    # Simple: the plugin's figure twice ("flush extra latency"), the hop 20 + 3 us
+    simple = tuning.entry("all_reduce", "tree", "Simple")
+    assert simple.latency_us == pytest.approx(8.4 + 2 * (7 * 4.0 + 1 * (14.0 + 2 * 75.0)))
+    assert simple.played_latency_us == pytest.approx(8.4 + 2 * (7 * 4.0 + 1 * 23.0))
+
+
+def test_before_2_18_the_plugin_latency_replaces_nccls_network_hop():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine("AWS EFA (p4d)"), era_for("2.16.5"))
+    # 2.16 tuning.cc: interLat = latencyInter ? latencyInter : hwLat; tree LL128 baseLat 4.4,
+    # NVLink LL128 hop 1.25 us
+    entry = tuning.entry("all_reduce", "tree", "LL128")
+    assert entry.latency_us == pytest.approx(4.4 + 2 * (7 * 1.25 + 1 * 75.0))
+
+
+def test_without_a_plugin_nothing_changes():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine(None), era_for("2.30.7"))
+    entry = tuning.entry("all_reduce", "tree", "LL128")
+    assert entry.latency_us == entry.played_latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 8.5))
+
+
+def test_grouped_rails_give_nvls_tree_each_gpus_four_nics():
+    # aws-ofi-nccl's RDMA protocol: one device per GPU at 4 x 12.5 GB/s; NVLS-Tree's graph
+    # then finds more than one NIC's 12.5 GB/s between machines (SM90 inter speeds: 48 fits 50)
+    grouped = efa_machine("AWS EFA (p5)").nvls
+    apart = efa_machine("AWS EFA (p4d)").nvls
+    assert apart.bw_inter <= 12.5
+    assert grouped.bw_inter == 48.0
+
+
+def test_unknown_nic_model_is_a_one_line_error():
+    from gansim.core.errors import UserInputError
+    with pytest.raises(UserInputError, match="unknown NIC model 'Infiniband'.*AWS EFA"):
+        efa_machine("Infiniband")

@@ -107,7 +107,7 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
     a, p = choice.algorithm, choice.protocol
     entry = tuning.entry(coll, a, p)
     # NCCL's latency, and the drain of the chunk pipeline its additive model leaves out
-    latency_us = algo_latency_us(tuning, coll, a, p, nbytes) + pipeline_fill_us(tuning, coll, a, nbytes,
+    latency_us = algo_latency_us(tuning, coll, a, p, nbytes, played=True) + pipeline_fill_us(tuning, coll, a, nbytes,
                                                                                 entry.bandwidth_GBps)
     fraction = choice.channels / machine.comm_channels if a in ("ring", "tree") else 1.0
     if a == "ring":

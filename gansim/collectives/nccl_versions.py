@@ -72,6 +72,9 @@ class NcclEra:
     # transport/nvls.cc: NVLS channels (CTAs) by default, Hopper and Blackwell (NVLS_NCHANNELS
     # 16 for every GPU before 2.25; NVLS_NCHANNELS_SM100 32 from 2.25)
     nvls_channels_sm100: int = 32
+    # tuning.cc interLat with a net plugin's latency (graph->latencyInter): added to hwLat[NET]
+    # (twice for Simple, for the flush) from 2.18; before, it replaced hwLat[NET]
+    plugin_latency_adds: bool = True
 
     @property
     def name(self) -> str:
@@ -106,7 +109,8 @@ ERA_2_12 = NcclEra(
     ll128_ring_one_gpu_per_node_factor=0.7, multi_node_ll_intra_factor=1.8, inter_steps_all_nodes=True,
     one_gpu_per_node_tree_net_latency=False, net_overhead=False, old_plateau=True, nvls=None, nvls_tree=False,
     ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False,
-    nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16)
+    nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
+    plugin_latency_adds=False)
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
@@ -135,7 +139,7 @@ ERA_2_18 = replace(
                         "nvls_tree": (0.0, 0.0, 19.0)}},
     per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
     per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
-    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, old_plateau=False, nvls="five_sixths",
+    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, old_plateau=False, nvls="five_sixths",
     nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
 # (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
