@@ -1,6 +1,7 @@
 """Mechanisms beyond NCCL's additive tuning model, each checked against its source's
 arithmetic worked out here by hand: the drain of NVLS-Tree's chunk pipeline across machines
-(enqueue.cc computeCollChunkInfo, transport/nvls.cc)."""
+(enqueue.cc computeCollChunkInfo, transport/nvls.cc), what a net plugin reports and what its
+fabric's hop costs (tuning.cc latencyInter, aws-ofi-nccl), NCCL_P2P_LEVEL (paths.cc)."""
 
 from __future__ import annotations
 
@@ -148,3 +149,38 @@ def test_unknown_nic_model_is_a_one_line_error():
     from gansim.core.errors import UserInputError
     with pytest.raises(UserInputError, match="unknown NIC model 'Infiniband'.*AWS EFA"):
         efa_machine("Infiniband")
+
+
+# ---------------------------------------------------------------- NCCL_P2P_LEVEL
+
+def pcie_machine(**extra):
+    from gansim.collectives.nccl_topology import NcclMachine
+    data = {"name": "pcie", "generator": "pcie_tree",
+            "params": {"gpus": 4, "gpus_per_switch": 0, "pcie_bandwidth_GBps": 63.0, "host_model": "AMD EPYC 9575F"},
+            **extra}
+    return NcclMachine.build(topology_from_dict(data, "test"), 4)
+
+
+def test_p2p_level_decides_p2p_or_host_memory_on_paths_through_the_cpu():
+    from gansim.collectives.nccl_topology import PATH_PHB
+    # four GPUs each on its own root port: GPU to GPU crosses the CPU (PHB)
+    default = pcie_machine().hop(0, 1)
+    assert default.path_type == PATH_PHB and default.transport == "shm"  # ncclTopoCheckP2p: PXB, > 2 GPUs
+    assert pcie_machine(nccl_p2p_level="SYS").hop(0, 1).transport == "p2p"
+    assert pcie_machine(nccl_p2p_level="PHB").hop(0, 1).transport == "p2p"
+    assert pcie_machine(nccl_p2p_level="PXB").hop(0, 1).transport == "shm"
+
+
+def test_p2p_level_outside_ncclS_names_is_a_one_line_error():
+    from gansim.core.errors import UserInputError
+    with pytest.raises(UserInputError, match="nccl_p2p_level"):
+        pcie_machine(nccl_p2p_level="ANY")
+
+
+def test_a_published_runs_p2p_level_reaches_its_topology():
+    from pathlib import Path
+
+    from gansim.prediction.published import load_published
+    (rtx,) = load_published("rtx5090-8x-epyc9575f-p2p")
+    assert rtx.spec.env["NCCL_P2P_LEVEL"] == "SYS" and rtx.topology().nccl_p2p_level == "SYS"
+    assert Path(rtx.path).exists()

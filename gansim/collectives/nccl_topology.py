@@ -305,7 +305,7 @@ class NcclMachine:
         else:
             direct = topo.route(na, nb).links.tolist()
             ptype = self.path_type(direct)
-            p2p_level = PATH_SYS if (self.cpu_vendor == "amd" and len(self.rank_nodes) <= 2) else PATH_PXB
+            p2p_level = self._p2p_level
             capable = ptype == PATH_NVL or (topo.nodes[na].p2p and topo.nodes[nb].p2p)
             if ptype == PATH_NET:
                 found = Hop(tuple(direct), PATH_NET, "net")
@@ -321,6 +321,15 @@ class NcclMachine:
                             "shm", memory=host)
         self._hops[key] = found
         return found
+
+    @cached_property
+    def _p2p_level(self) -> int:
+        """paths.cc ncclTopoCheckP2p: the worst path P2P may take, NCCL_P2P_LEVEL where the
+        topology gives it (its runs set it), else PXB, or SYS on AMD hosts with at most two
+        GPUs."""
+        if self.topology.nccl_p2p_level is not None:
+            return PATH_NAMES.index(self.topology.nccl_p2p_level)
+        return PATH_SYS if (self.cpu_vendor == "amd" and len(self.rank_nodes) <= 2) else PATH_PXB
 
     def hop_bw(self, hop: Hop) -> float:
         """NCCL's bandwidth of a path: its slowest link (paths.cc: path->bw is the minimum)."""
