@@ -19,7 +19,9 @@ played on the flow network.
    is a handful of flows and one event, and still shares links max-min fairly with everything
    else on the machine (other channels, other collectives, host-to-device copies).
 
-Without contention the time is NCCL's own estimate; with it, slower.
+Without contention the time is NCCL's own estimate, plus what its additive model leaves out
+(the drain of NVLS-Tree's chunk pipeline across machines, nccl_tuning.pipeline_fill_us); with
+contention, slower.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gansim.collectives.nccl_tuning import (
     Tuning,
     algo_latency_us,
     choose,
+    pipeline_fill_us,
     tree_correction,
     tune,
 )
@@ -103,7 +106,9 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
     choice = choose(tuning, coll, nbytes, algo, proto)
     a, p = choice.algorithm, choice.protocol
     entry = tuning.entry(coll, a, p)
-    latency_us = algo_latency_us(tuning, coll, a, p, nbytes)
+    # NCCL's latency, and the drain of the chunk pipeline its additive model leaves out
+    latency_us = algo_latency_us(tuning, coll, a, p, nbytes, played=True) + pipeline_fill_us(tuning, coll, a, nbytes,
+                                                                                entry.bandwidth_GBps)
     fraction = choice.channels / machine.comm_channels if a in ("ring", "tree") else 1.0
     if a == "ring":
         kernels = _ring_kernels(state, coll, p, fraction)

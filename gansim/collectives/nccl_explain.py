@@ -33,7 +33,6 @@ from gansim.collectives.nccl_tuning import (
     LL,
     LL128,
     PROTOCOLS,
-    algo_latency_us,
     algo_time_us,
 )
 from gansim.network.cluster import Cluster
@@ -73,7 +72,9 @@ class Explanation:
     channels: int  # channels this size runs on
     comm_channels: int  # of the communicator's (NVLS: of its NVLS channels)
     threads: int
-    latency_us: float  # NCCL's latency for the choice (algo_latency_us)
+    # the latency played before the flows: NCCL's for the choice (algo_latency_us), with the
+    # fabric's own network hops and NVLS-Tree's pipeline drain (nccl.py Plan.latency_s)
+    latency_us: float
     time_us: float  # the predicted time
     bound_by: Bound | None  # None: no flow, or none that a finite resource holds
 
@@ -146,7 +147,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     simulation timed at `seconds`."""
     chosen_plan = plan(cluster, state, coll, float(nbytes), algo, proto)
     choice = chosen_plan.choice
-    machine, tuning = state.machine, state.tuning
+    machine = state.machine
     if choice.algorithm in ("nvls", "nvls_tree"):
         comm = machine.nvls.channels if machine.nvls else 1
     else:
@@ -155,7 +156,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
         channels=choice.channels, comm_channels=comm, threads=choice.threads,
-        latency_us=algo_latency_us(tuning, coll, choice.algorithm, choice.protocol, float(nbytes)),
+        latency_us=chosen_plan.latency_s * 1e6,
         time_us=seconds * 1e6,
         bound_by=bottleneck(cluster, state, chosen_plan),
     )

@@ -74,6 +74,51 @@ SEARCH_BUDGET = 1 << 14
 SHM_FRACTION = {PATH_PHB: 9.0 / 12.0, PATH_SYS: 6.0 / 12.0}
 
 
+@dataclass(frozen=True)
+class NicModel:
+    """A NIC driven by a net plugin: what the plugin reports to NCCL, and what a network hop
+    really costs."""
+
+    reported_latency_us: float  # ncclNetProperties_t.latency: NCCL's tuning adds it (interLat)
+    hop_latency_us: float  # one network hop of a small message (LL, LL128)
+    simple_extra_us: float  # more per hop for Simple (completion handling by the proxy)
+    # the plugin shows NCCL each GPU's NICs as one device of their summed speed (aws-ofi-nccl's
+    # RDMA protocol: src/nccl_ofi_rdma.cpp "Scale speed by the total number of rails",
+    # port_speed *= max_group_size; platform-aws.cpp default_protocol RDMA on p5 / p5e and
+    # p5en, SENDRECV, one device per NIC, on p3dn and p4d / p4de)
+    grouped_rails: bool = False
+
+
+# NICs a topology may name (a NIC node's `model`); one left out or unnamed is driven by NCCL's
+# own IB / RoCE / socket transport, which reports no latency (net_ib.cc, net_socket.cc:
+# "props->latency = 0; // Not set") and whose hop costs NCCL's hwLat[NET] figures. AWS's EFA
+# plugin, aws-ofi-nccl: the reported latency from src/platform-aws.cpp platform_data_map
+# (.latency: p3dn.24xlarge 150 us, p4d / p4de and p5 / p5e 75 us, p5en / p6-b200 35 us; its
+# own comment: chosen because "NCCL's internal tuner choices work better with this value",
+# i.e. a tuning figure, not a time); the hop from its tuner's cost model
+# (src/tuner/nccl_ofi_model.cpp model_platform_params: net_lat "2 nodes, 8B RDMA w/imm lat"
+# 20 us on P5 / P5e, 18 us on P5en, plus OFI_NCCL_TUNER_NET_COMP_OVERHEAD 3 us for Simple).
+# AWS publishes no hop figure for p3dn and p4d: they take P5's (an assumption).
+NIC_MODELS = {
+    "AWS EFA (p3dn)": NicModel(150.0, 20.0, 3.0),
+    "AWS EFA (p4d)": NicModel(75.0, 20.0, 3.0),
+    "AWS EFA (p5)": NicModel(75.0, 20.0, 3.0, grouped_rails=True),
+    "AWS EFA (p5en)": NicModel(35.0, 18.0, 3.0, grouped_rails=True),
+}
+
+
+def nic_model(model: str | None, source: str | None = None) -> NicModel | None:
+    """The net-plugin NIC a topology names (None: one NCCL drives itself); an unknown name is
+    the one-line error naming the known ones."""
+    if model is None:
+        return None
+    if model not in NIC_MODELS:
+        raise UserInputError(f"unknown NIC model {model!r} for the nccl algorithm; known: "
+                             f"{', '.join(NIC_MODELS)} (leave it out for InfiniBand, RoCE or sockets)",
+                             source=source, field="nodes")
+    return NIC_MODELS[model]
+
+
 def shm_fraction(path_type: int) -> float:
     """The share of its PCI bandwidth an SHM hop gets (1 for other transports' paths)."""
     return SHM_FRACTION[PATH_SYS] if path_type >= PATH_SYS else SHM_FRACTION[PATH_PHB]
@@ -153,6 +198,7 @@ class NcclMachine:
     nvswitch: bool  # every machine's GPUs hang off an NVSwitch
     nvls_supported: bool
     nics: list[list[str]]  # per machine, its NIC node ids (those with a network link)
+    nic: NicModel | None = None  # the NICs' net plugin (NIC_MODELS), None: NCCL's own transport
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
     _nic_bws: dict[tuple[int, str], float] = field(default_factory=dict, repr=False)
@@ -194,10 +240,16 @@ class NcclMachine:
                 found = [nodes_of[r] for r in members
                          if any(topology.link_kind(nodes_of[r], m) == "net" for m in topology.neighbors(nodes_of[r]))]
             nics.append(found)
+        named = {topology.nodes[n].model for found in nics for n in found
+                 if topology.nodes[n].kind == "nic" and topology.nodes[n].model is not None}
+        if len(named) > 1:
+            raise UserInputError(f"NICs of different models {sorted(named)}: the nccl algorithm models one "
+                                 "network", source=topology.source, field="nodes")
+        plugin = nic_model(next(iter(named)), topology.source) if named else None
         return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
                    # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
-                   bool(sharp and min(caps) >= 90), nics)
+                   bool(sharp and min(caps) >= 90), nics, plugin)
 
     @property
     def node_count(self) -> int:
@@ -253,7 +305,7 @@ class NcclMachine:
         else:
             direct = topo.route(na, nb).links.tolist()
             ptype = self.path_type(direct)
-            p2p_level = PATH_SYS if (self.cpu_vendor == "amd" and len(self.rank_nodes) <= 2) else PATH_PXB
+            p2p_level = self._p2p_level
             capable = ptype == PATH_NVL or (topo.nodes[na].p2p and topo.nodes[nb].p2p)
             if ptype == PATH_NET:
                 found = Hop(tuple(direct), PATH_NET, "net")
@@ -269,6 +321,15 @@ class NcclMachine:
                             "shm", memory=host)
         self._hops[key] = found
         return found
+
+    @cached_property
+    def _p2p_level(self) -> int:
+        """paths.cc ncclTopoCheckP2p: the worst path P2P may take, NCCL_P2P_LEVEL where the
+        topology gives it (its runs set it), else PXB, or SYS on AMD hosts with at most two
+        GPUs."""
+        if self.topology.nccl_p2p_level is not None:
+            return PATH_NAMES.index(self.topology.nccl_p2p_level)
+        return PATH_SYS if (self.cpu_vendor == "amd" and len(self.rank_nodes) <= 2) else PATH_PXB
 
     def hop_bw(self, hop: Hop) -> float:
         """NCCL's bandwidth of a path: its slowest link (paths.cc: path->bw is the minimum)."""
@@ -561,6 +622,10 @@ class NcclMachine:
         # one machine nothing limits it; across machines, the NICs
         limit = float("inf") if self.node_count == 1 else min(
             self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+        if self.node_count > 1 and self.nic is not None and self.nic.grouped_rails:
+            # one device per GPU, as fast as its NICs together (NicModel.grouped_rails)
+            limit = min(sum(self._nic_bw(m, self.nics[m][k]) for k in self.nics_of(m, r)) or limit
+                        for m in range(self.node_count) for r in self.nodes[m])
         j = i
         while j > 0 and speeds[j] < 2 * bw and speeds[j - 1] <= limit:
             j -= 1

@@ -53,8 +53,9 @@ def log2i(n: int) -> int:
 
 @dataclass(frozen=True)
 class Entry:
-    latency_us: float
+    latency_us: float  # NCCL's, as its tuning model has it (what it chooses by)
     bandwidth_GBps: float  # NCCL's algorithm bandwidth; 0: not available
+    played_latency_us: float = 0.0  # the same with the fabric's own network hops (NicModel)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Tuning:
     graphs: dict[str, Graph | None]
 
     def entry(self, coll: str, algo: str, proto: str) -> Entry:
-        return self.table.get((coll, algo, proto), Entry(0.0, 0.0))
+        return self.table.get((coll, algo, proto), Entry(0.0, 0.0, 0.0))
 
 
 def _graph_for(machine: NcclMachine, algo: str) -> Graph | None:
@@ -140,36 +141,59 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                         bus *= ranks / nsteps
                     elif algo == "tree":
                         bus *= 0.5
-                latency = era.base_latency[algo][p]
                 intra_lat = era.hw_latency[intra_hw][algo][p]
                 if nodes > 1 and proto == LL:
                     intra_lat *= era.multi_node_ll_intra_factor
                 tree_net = era.one_gpu_per_node_tree_net_latency and ppn == 1
-                inter_lat = era.hw_latency["net"]["tree" if tree_net else algo][p]  # + latencyInter (0: no plugin figure)
-                if algo == "ring":
-                    lat = era.hw_latency[hw][algo][p]
-                    if coll == "broadcast":
-                        # rings in gansim are the same shape on every channel (sameChannels)
-                        latency += lat
-                    else:
-                        overhead = 0.0
-                        if nodes > 1 and era.net_overhead:
-                            overhead = NET_OVERHEAD[machine.cpu_vendor] * (3 if proto == SIMPLE else 1)
-                        intra_lat = max(intra_lat, overhead)
-                        inter_steps = 0 if nodes == 1 else (nodes if era.inter_steps_all_nodes else nodes - 1) * (
-                            2 if coll == "all_reduce" else 1)
-                        latency += (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
-                elif algo == "tree":
-                    if coll == "all_reduce":
-                        latency += 2 * ((ranks // nodes - 1) * intra_lat + log2i(nodes) * inter_lat)
-                elif algo == "nvls":
-                    latency += intra_lat + (inter_lat if nodes > 1 else 0.0)
-                elif algo == "nvls_tree":
-                    latency += intra_lat + 2 * log2i(nodes) * inter_lat
+                hw_net = era.hw_latency["net"]["tree" if tree_net else algo][p]
+                nic = machine.nic
+                # NCCL's view (with what the plugin reports) decides; the fabric's hop is played
+                inter_lat = _inter_latency(era, hw_net, nic.reported_latency_us if nic else 0.0, proto)
+                fabric_lat = hw_net if nic is None else \
+                    nic.hop_latency_us + (nic.simple_extra_us if proto == SIMPLE else 0.0)
+                latency, played = (_latency(era, machine, coll, algo, proto, nsteps, hw, intra_lat, net)
+                                   for net in (inter_lat, fabric_lat))
                 if not _enabled(era, machine, graph, algo, proto):
                     bus = 0.0
-                table[(coll, algo, proto)] = Entry(latency, bus)
+                table[(coll, algo, proto)] = Entry(latency, bus, played)
     return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
+
+
+def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: str, nsteps: int, hw: str,
+             intra_lat: float, inter_lat: float) -> float:
+    """tuning.cc comm->latencies: baseLat plus the algorithm's hops inside machines (intraLat)
+    and across them (interLat)."""
+    nodes, ranks, p = machine.node_count, machine.ranks, PROTOCOLS.index(proto)
+    latency = era.base_latency[algo][p]
+    if algo == "ring":
+        lat = era.hw_latency[hw][algo][p]
+        if coll == "broadcast":
+            # rings in gansim are the same shape on every channel (sameChannels)
+            return latency + lat
+        overhead = 0.0
+        if nodes > 1 and era.net_overhead:
+            overhead = NET_OVERHEAD[machine.cpu_vendor] * (3 if proto == SIMPLE else 1)
+        intra_lat = max(intra_lat, overhead)
+        inter_steps = 0 if nodes == 1 else (nodes if era.inter_steps_all_nodes else nodes - 1) * (
+            2 if coll == "all_reduce" else 1)
+        return latency + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
+    if algo == "tree":
+        if coll == "all_reduce":
+            latency += 2 * ((ranks // nodes - 1) * intra_lat + log2i(nodes) * inter_lat)
+        return latency
+    if algo == "nvls":
+        return latency + intra_lat + (inter_lat if nodes > 1 else 0.0)
+    return latency + intra_lat + 2 * log2i(nodes) * inter_lat  # nvls_tree
+
+
+def _inter_latency(era: NcclEra, hw_net_us: float, plugin_us: float, proto: str) -> float:
+    """tuning.cc interLat: the network hop's hwLat plus the latency the net plugin reports
+    (graph->latencyInter, search.cc: net->net.latency; NCCL's own IB and socket transports
+    report 0), once more for Simple ("Also add the flush extra latency"); before 2.18 the
+    plugin's figure replaced hwLat instead ("latencyInter ? latencyInter : hwLat")."""
+    if era.plugin_latency_adds:
+        return hw_net_us + plugin_us * (2 if proto == SIMPLE else 1)
+    return plugin_us if plugin_us else hw_net_us
 
 
 def _nvls_bw(era: NcclEra, machine: NcclMachine, graph: Graph, coll: str, algo: str, cap: int, ppn: float,
@@ -219,12 +243,14 @@ def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto:
     return True
 
 
-def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float) -> float:
+def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float, played: bool = False) -> float:
     """ncclTopoGetAlgoTime's latency: the table's, times the ring's "plateau effect" for
     multi-node Simple all-reduces (from 2.18 by generation and bytes per channel and rank;
-    before, x1.9 from nRanks/16 x 64 KiB)."""
+    before, x1.9 from nRanks/16 x 64 KiB). `played`: with the fabric's own network hops
+    instead of what a net plugin reports (Entry.played_latency_us)."""
     machine = tuning.machine
-    lat = tuning.entry(coll, algo, proto).latency_us
+    entry = tuning.entry(coll, algo, proto)
+    lat = entry.played_latency_us if played else entry.latency_us
     if algo == "ring" and proto == SIMPLE and machine.node_count > 1 and coll == "all_reduce":
         if tuning.era.old_plateau:
             if nbytes >= machine.ranks * OLD_PLATEAU_BYTES_PER_RANK:
@@ -299,3 +325,47 @@ def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> 
     while nbytes < nc * nt * threshold and nt % 128 == 0:
         nt //= 2
     return nc, nt
+
+
+def nvls_channels(era: NcclEra, machine: NcclMachine) -> int:
+    """comm->nvlsChannels, the CTAs an NVLS or NVLS-Tree collective runs on (transport/nvls.cc:
+    NVLS_NCHANNELS_SM90 16, NVLS_NCHANNELS_SM100 32 from 2.25; 16 for every GPU before)."""
+    return era.nvls_channels_sm100 if machine.capability >= 100 else 16
+
+
+def nvls_tree_chunk_bytes(era: NcclEra, machine: NcclMachine, nbytes: float) -> int:
+    """enqueue.cc computeCollChunkInfo for NVLS-Tree: the era's first chunk, capped from 4
+    nodes on, then halved while the message is small against the concurrent operations
+    (nvlsChannels x nvls.nHeads): below 32 / 16 / 4 / 1 of them at 256 / 128 / 64 / 32 KiB."""
+    heads = machine.nvls.channels if machine.nvls else 1
+    concurrent = nvls_channels(era, machine) * heads
+    chunk = era.nvls_tree_first_chunk
+    if era.nvls_tree_many_nodes_chunk is not None and machine.node_count >= 4:
+        chunk = min(chunk, era.nvls_tree_many_nodes_chunk)
+    for times, smaller in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if nbytes < times * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def pipeline_fill_us(tuning: Tuning, coll: str, algo: str, nbytes: float, algo_GBps: float) -> float:
+    """What NCCL's additive model (latency + bytes / bandwidth) leaves out of an NVLS-Tree
+    all-reduce: the drain of its chunk pipeline across machines. Every concurrent operation
+    (an NVLS channel on one head, nvlsChannels x nHeads of them) moves its share of the buffer
+    chunk by chunk (nvls_tree_chunk_bytes) up the tree of machines and back down; in steady
+    state one chunk passes the slowest stage per chunk time, which the bandwidth term counts,
+    but the last chunk still has to cross the network hops after the first: 2 log2(nNodes)
+    network crossings (up, then down) in all, so 2 log2(nNodes) - 1 chunk times more. A chunk
+    time is one operation's chunk at its share of the algorithm bandwidth. The NVLink stages
+    (multimem reduce and multicast) are left out of the drain: they run several times faster
+    than the network stage. Other algorithms: none (the ring's steps are sequential already
+    in NCCL's latency and bandwidth terms; the tree's medium sizes carry NCCL's own correction,
+    tree_correction)."""
+    machine = tuning.machine
+    if algo != "nvls_tree" or coll != "all_reduce" or machine.node_count < 2 or algo_GBps <= 0:
+        return 0.0
+    heads = machine.nvls.channels if machine.nvls else 1
+    concurrent = nvls_channels(tuning.era, machine) * heads
+    chunk = min(nvls_tree_chunk_bytes(tuning.era, machine, nbytes), nbytes / concurrent)
+    crossings = 2 * log2i(machine.node_count)
+    return (crossings - 1) * chunk * concurrent / (algo_GBps * 1e3)

@@ -64,6 +64,17 @@ class NcclEra:
     ll128_capabilities: frozenset[int] | None = None
     ll128_intra_path: str = "nvb"  # typeIntra <= PATH_NVB (2.18 on) or <= PATH_NVL (before)
     ll128_pxn_from_hopper: bool = True  # typeInter <= PATH_PXN allowed on >= 9.0 (2.17 on)
+    # enqueue.cc computeCollChunkInfo for NVLS-Tree: the chunk it starts from (2.18-2.20 the
+    # Simple stepSize, buffSize 4 MiB / NCCL_STEPS 8; from 2.21 comm->nvlsChunkSize,
+    # NCCL_NVLS_CHUNKSIZE 128 KiB) and its cap from 4 nodes on (2.19 on: 64 KiB; None: none)
+    nvls_tree_first_chunk: int = 128 * 1024
+    nvls_tree_many_nodes_chunk: int | None = 64 * 1024
+    # transport/nvls.cc: NVLS channels (CTAs) by default, Hopper and Blackwell (NVLS_NCHANNELS
+    # 16 for every GPU before 2.25; NVLS_NCHANNELS_SM100 32 from 2.25)
+    nvls_channels_sm100: int = 32
+    # tuning.cc interLat with a net plugin's latency (graph->latencyInter): added to hwLat[NET]
+    # (twice for Simple, for the flush) from 2.18; before, it replaced hwLat[NET]
+    plugin_latency_adds: bool = True
 
     @property
     def name(self) -> str:
@@ -97,7 +108,9 @@ ERA_2_12 = NcclEra(
     per_ch_tree=_VOLTA_AMPERE_ROWS["tree"], arch_rule="exact", bus_caps={AMPERE: 235.0}, ll_ring_factor=0.25,
     ll128_ring_one_gpu_per_node_factor=0.7, multi_node_ll_intra_factor=1.8, inter_steps_all_nodes=True,
     one_gpu_per_node_tree_net_latency=False, net_overhead=False, old_plateau=True, nvls=None, nvls_tree=False,
-    ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False)
+    ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False,
+    nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
+    plugin_latency_adds=False)
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
@@ -126,8 +139,9 @@ ERA_2_18 = replace(
                         "nvls_tree": (0.0, 0.0, 19.0)}},
     per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
     per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
-    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, old_plateau=False, nvls="five_sixths",
+    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, old_plateau=False, nvls="five_sixths",
     nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
+# (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
 ERA_2_19 = replace(
     ERA_2_18, first=(2, 19), tag="v2.19.3-1",
@@ -137,12 +151,13 @@ ERA_2_19 = replace(
                 "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), **_NO_NVLS},
                 "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
                         "nvls_tree": (0.0, 0.0, 14.0)}},
-    nvls_tree_ratio_2_18=False)
+    nvls_tree_ratio_2_18=False, nvls_tree_many_nodes_chunk=64 * 1024)
 # v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us
 ERA_2_21 = replace(
     ERA_2_19, first=(2, 21), tag="v2.21.5-1",
     hw_latency=_hw(ERA_2_19.hw_latency, nvlink={"nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0)}),
-    ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5)
+    ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5,
+    nvls_tree_first_chunk=128 * 1024)
 # v2.23.4-1: tree Simple 4 / 4 / 14 us with a base of 8.4, ring inter steps 2 (nNodes - 1),
 # one GPU per node takes the tree's network latency, no LL128 ppn discount
 ERA_2_23 = replace(
@@ -151,8 +166,10 @@ ERA_2_23 = replace(
     hw_latency=_hw(ERA_2_21.hw_latency, nvlink={"tree": (0.6, 1.25, 4.0)}, pci={"tree": (1.0, 1.9, 4.0)},
                    net={"tree": (5.0, 8.5, 14.0)}),
     ll128_ring_one_gpu_per_node_factor=0.92, inter_steps_all_nodes=False, one_gpu_per_node_tree_net_latency=True)
+# v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100)
+ERA_2_25 = replace(ERA_2_23, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32)
 # v2.27.7-1: LL128 on every GPU from 7.0
-ERA_2_27 = replace(ERA_2_23, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None)
+ERA_2_27 = replace(ERA_2_25, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None)
 # v2.28.9-1: Blackwell rows, NVLS by nvlsEfficiency, perChMaxNVLSTreeBws
 ERA_2_28 = replace(
     ERA_2_27, first=(2, 28), tag="v2.28.9-1",
@@ -166,8 +183,8 @@ ERA_2_28 = replace(
 ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
                    hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}))
 
-ERAS = (ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_27, ERA_2_28,
-        ERA_2_30)
+ERAS = (ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_25, ERA_2_27,
+        ERA_2_28, ERA_2_30)
 NEWEST = ERA_2_30
 
 

@@ -185,6 +185,9 @@ class TopologyFile(Strict):
     # the NCCL release the machine runs, for the `nccl` algorithm's tuning model (default:
     # the newest the model follows); a scenario's options.nccl_version overrides it
     nccl_version: NcclVersion | None = None
+    # NCCL_P2P_LEVEL of the runs on it: the worst GPU-to-GPU path NCCL still takes with P2P
+    # (default: NCCL's own, PXB; SYS on AMD hosts with two GPUs), worse ones through host memory
+    nccl_p2p_level: Literal["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"] | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> "TopologyFile":

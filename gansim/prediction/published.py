@@ -78,7 +78,12 @@ class PublishedFile:
     path: str
 
     def topology(self) -> Topology:
-        return topology_from_dict(self.spec.topology, self.path)
+        """The file's topology, with the NCCL_P2P_LEVEL its run set (the nccl algorithm's
+        TopologyFile.nccl_p2p_level) unless the topology gives one itself."""
+        data = dict(self.spec.topology)
+        if "NCCL_P2P_LEVEL" in self.spec.env:
+            data.setdefault("nccl_p2p_level", self.spec.env["NCCL_P2P_LEVEL"])
+        return topology_from_dict(data, self.path)
 
     @property
     def model_version(self) -> str:

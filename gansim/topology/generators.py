@@ -384,6 +384,9 @@ class MultiNodeParams(_Params):
     nic_pcie_latency_us: Microseconds = 1.0
     nics_per_node: int | None = Field(None, ge=1, le=64, description="NICs (rails) per node, each serving an "
                                                                      "equal share of the GPUs; default one per GPU")
+    nic_model: str | None = Field(None, description="the NICs' model where a net plugin drives them (the nccl "
+                                                    "algorithm's NIC_MODELS, e.g. 'AWS EFA (p5)'); default: "
+                                                    "InfiniBand / RoCE, driven by NCCL itself")
 
     @field_validator("gpus_per_node")
     @classmethod
@@ -431,7 +434,7 @@ def _multi_node(p: MultiNodeParams) -> dict:
         hosts = [node["id"] for node in b.nodes if node["kind"] == "host"]
         nics = p.nics_per_node or len(gpus)
         for k in range(nics):
-            nic = b.node(f"nic{k}", "nic")
+            nic = b.node(f"nic{k}", "nic", **({"model": p.nic_model} if p.nic_model else {}))
             # fewer NICs than GPUs: NIC k serves GPUs [k g / n, (k+1) g / n) (a rail of a
             # rail-optimised cluster); more: GPU k g / n has n / g NICs of its own
             served = gpus[k * len(gpus) // nics:(k + 1) * len(gpus) // nics] or [gpus[k * len(gpus) // nics]]

@@ -56,6 +56,7 @@ class Topology:
     ends: np.ndarray  # per directed link: (from, to) as indices into `nodes`
     _link_index: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     nccl_version: str | None = None  # the NCCL release the file names (TopologyFile.nccl_version)
+    nccl_p2p_level: str | None = None  # NCCL_P2P_LEVEL of its runs (TopologyFile.nccl_p2p_level)
     _routes: dict[tuple[str, str], Route] = field(default_factory=dict, repr=False)
 
     # -- building
@@ -120,6 +121,7 @@ class Topology:
             ends=directed,
             _link_index=index,
             nccl_version=spec.nccl_version,
+            nccl_p2p_level=spec.nccl_p2p_level,
         )
         label = components(len(by_id), ends[:, 0], ends[:, 1])
         parts = int(label.max()) + 1
@@ -144,7 +146,8 @@ class Topology:
         fields = dict(name=self.name, description=self.description, source=self.source, nodes=self.nodes,
                       links=self.links, link_names=self.link_names, link_kinds=self.link_kinds,
                       capacity_Bps=self.capacity_Bps, latency_s=self.latency_s, ranks=self.ranks, ends=self.ends,
-                      _link_index=self._link_index, nccl_version=self.nccl_version)
+                      _link_index=self._link_index, nccl_version=self.nccl_version,
+                      nccl_p2p_level=self.nccl_p2p_level)
         fields.update(changes)
         return Topology(**fields)
 

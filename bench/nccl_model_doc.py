@@ -1,0 +1,70 @@
+"""Write the generated blocks of docs/nccl-model.md: the error of the `nccl` model on the
+shipped published set (what `gansim validate --published` prints, by system and size band),
+and, given a folder of held-aside published files, the same for them point by point.
+
+    python bench/nccl_model_doc.py                      # the shipped set only
+    python bench/nccl_model_doc.py --heldout DIR        # and the held-aside files in DIR
+
+Held-aside files are read through the same code path as the shipped ones (their points
+predicted from their topology alone, their NCCL_P2P_LEVEL applied), but their `source` is not
+checked: some cite pages outside GitHub, which the shipped loader refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import yaml
+
+from gansim.core.files import atomic_write
+from gansim.prediction.published import (
+    PublishedFile,
+    PublishedMeasurement,
+    PublishedSystem,
+    compare,
+    error_table,
+    load_published,
+)
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "nccl-model.md"
+
+
+def held_out(folder: Path) -> list[PublishedFile]:
+    """Every *.yaml of `folder` as a published file, its source left unchecked."""
+    out = []
+    for path in sorted(folder.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        measurements = [PublishedMeasurement.model_validate(m) for m in raw["measurements"]]
+        spec = PublishedSystem.model_construct(**{**raw, "measurements": measurements, "env": raw.get("env", {})})
+        out.append(PublishedFile(spec, str(path)))
+    return out
+
+
+def replace_block(text: str, marker: str, body: str) -> str:
+    pattern = rf"(<!-- {marker}:start -->\n```text\n).*?(```\n<!-- {marker}:end -->)"
+    if not re.search(pattern, text, re.S):
+        raise SystemExit(f"{DOC} has no {marker} block")
+    return re.sub(pattern, lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text, flags=re.S)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--heldout", type=Path, help="a folder of held-aside published files")
+    args = parser.parse_args()
+    text = DOC.read_text()
+    files = load_published()
+    rows = [r for f in files for r in compare(f)]
+    summary, _points = error_table(files, rows).split("\n\n")
+    text = replace_block(text, "nccl-model-published", summary)
+    if args.heldout is not None:
+        kept = held_out(args.heldout)
+        kept_rows = [r for f in kept for r in compare(f)]
+        text = replace_block(text, "nccl-model-heldout", error_table(kept, kept_rows))
+    atomic_write(DOC, text)
+    print(f"wrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()

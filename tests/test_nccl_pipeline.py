@@ -1,0 +1,186 @@
+"""Mechanisms beyond NCCL's additive tuning model, each checked against its source's
+arithmetic worked out here by hand: the drain of NVLS-Tree's chunk pipeline across machines
+(enqueue.cc computeCollChunkInfo, transport/nvls.cc), what a net plugin reports and what its
+fabric's hop costs (tuning.cc latencyInter, aws-ofi-nccl), NCCL_P2P_LEVEL (paths.cc)."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from gansim.collectives.nccl import nccl_state, plan
+from gansim.collectives.nccl_tuning import algo_latency_us, nvls_tree_chunk_bytes, pipeline_fill_us
+from gansim.collectives.nccl_versions import era_for
+from gansim.network.cluster import Cluster
+from gansim.topology.graph import topology_from_dict
+
+MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
+H100 = {"gpu_model": "H100-SXM5-80GB", "gpu_tflops": 67.0, "gpu_memory_GB": 80, "nvlink_bandwidth_GBps": 450.0,
+        "pcie_bandwidth_GBps": 63.0}
+
+
+def h100_cluster(nodes: int) -> Cluster:
+    topology = topology_from_dict({"name": "h100", "generator": "multi_node",
+                                   "params": {"nodes": nodes, "gpus_per_node": 8, "intra": "nvswitch",
+                                              "intra_params": H100, "nic_bandwidth_GBps": 50.0,
+                                              "nic_pcie_bandwidth_GBps": 63.0}}, "test")
+    return Cluster(topology, 8 * nodes, simpy.Environment())
+
+
+@pytest.mark.parametrize("version,nodes,nbytes,chunk", [
+    # 2.30: nvlsChunkSize 128 KiB; 16 NVLS channels x 8 heads = 128 operations. 16 MiB is below
+    # 4 x 128 x 128 KiB (64 MiB): 64 KiB; not below 1 x 128 x 64 KiB (8 MiB): stays 64 KiB
+    ("2.30.7", 2, 16 * MiB, 64 * KiB),
+    # 4 MiB is below 1 x 128 x 64 KiB (8 MiB): 32 KiB
+    ("2.30.7", 2, 4 * MiB, 32 * KiB),
+    # 1 GiB is not below 16 x 128 x 128 KiB (256 MiB): 128 KiB
+    ("2.30.7", 2, 1 * GiB, 128 * KiB),
+    # from 4 nodes the chunk starts at 64 KiB (NCCL_NVLSTREE_MAX_CHUNKSIZE's default)
+    ("2.30.7", 4, 1 * GiB, 64 * KiB),
+    # 2.18 starts from the Simple stepSize, 4 MiB / 8 = 512 KiB: 1 GiB is below 32 x 128 x
+    # 512 KiB (2 GiB) so 256 KiB, not below 16 x 128 x 256 KiB (512 MiB): stays 256 KiB
+    ("2.18.3", 2, 1 * GiB, 256 * KiB),
+])
+def test_nvls_tree_chunk_follows_enqueue_cc(version, nodes, nbytes, chunk):
+    cluster = h100_cluster(nodes)
+    state = nccl_state(cluster, version)
+    assert nvls_tree_chunk_bytes(era_for(version), state.machine, nbytes) == chunk
+
+
+def test_nvls_tree_drain_is_one_chunk_time_more_on_two_nodes_three_on_four():
+    for nodes, crossings in ((2, 2), (4, 4)):
+        cluster = h100_cluster(nodes)
+        state = nccl_state(cluster, "2.30.7")
+        nbytes = 16 * MiB
+        chosen = plan(cluster, state, "all_reduce", nbytes, algo="nvls_tree")
+        algbw = state.tuning.entry("all_reduce", "nvls_tree", "Simple").bandwidth_GBps
+        chunk = 64 * KiB  # as above: 16 MiB on 128 operations
+        # 128 operations of 64 KiB each at 1/128 of the algorithm bandwidth: one chunk time is
+        # 64 KiB x 128 / algbw; the last chunk crosses the network 2 log2(nodes) times
+        expected_us = (crossings - 1) * chunk * 128 / (algbw * 1e3)
+        nccl_us = algo_latency_us(state.tuning, "all_reduce", "nvls_tree", "Simple", nbytes)
+        assert chosen.latency_s * 1e6 == pytest.approx(nccl_us + expected_us, rel=1e-9)
+
+
+def test_a_small_message_drains_its_whole_share_not_a_full_chunk():
+    cluster = h100_cluster(2)
+    state = nccl_state(cluster, "2.30.7")
+    algbw = state.tuning.entry("all_reduce", "nvls_tree", "Simple").bandwidth_GBps
+    # 1 MiB on 128 operations: 8 KiB each, below the 32 KiB chunk: the drain is one 8 KiB
+    # share, i.e. the whole 1 MiB at the algorithm bandwidth
+    got = pipeline_fill_us(state.tuning, "all_reduce", "nvls_tree", 1 * MiB, algbw)
+    assert got == pytest.approx(1 * MiB / (algbw * 1e3))
+
+
+def test_no_drain_for_ring_tree_or_inside_one_machine():
+    cluster = h100_cluster(2)
+    state = nccl_state(cluster, "2.30.7")
+    for algo in ("ring", "tree"):
+        assert pipeline_fill_us(state.tuning, "all_reduce", algo, 16 * MiB, 100.0) == 0.0
+    one = Cluster(topology_from_dict({"name": "one", "generator": "nvswitch", "params": {"gpus": 8, **H100}},
+                                     "test"), 8, simpy.Environment())
+    single = nccl_state(one, "2.30.7")
+    assert pipeline_fill_us(single.tuning, "all_reduce", "nvls_tree", 16 * MiB, 100.0) == 0.0
+
+
+def test_drain_fades_at_large_sizes():
+    """The drain is a few chunks: its share of the time falls as the message grows."""
+    cluster = h100_cluster(2)
+    state = nccl_state(cluster, "2.30.7")
+    algbw = state.tuning.entry("all_reduce", "nvls_tree", "Simple").bandwidth_GBps
+    shares = [pipeline_fill_us(state.tuning, "all_reduce", "nvls_tree", n, algbw) / (n / (algbw * 1e3))
+              for n in (16 * MiB, 256 * MiB, 4 * GiB)]
+    assert shares[0] > shares[1] > shares[2] and shares[2] < 0.01
+
+
+# ---------------------------------------------------------------- net plugins (NIC_MODELS)
+
+def efa_machine(model: str | None, nics_per_node: int = 32):
+    from gansim.collectives.nccl_topology import NcclMachine
+    params = {"nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "intra_params": H100,
+              "nics_per_node": nics_per_node, "nic_bandwidth_GBps": 12.5, "nic_pcie_bandwidth_GBps": 63.0}
+    if model is not None:
+        params["nic_model"] = model
+    topology = topology_from_dict({"name": "p5", "generator": "multi_node", "params": params}, "test")
+    return NcclMachine.build(topology, 16)
+
+
+def test_plugin_latency_enters_nccls_choice_and_the_fabric_hop_is_played():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine("AWS EFA (p5)"), era_for("2.30.7"))
+    entry = tuning.entry("all_reduce", "tree", "LL128")
+    # tuning.cc tree: baseLat 14 + 2 ((ppn - 1) intraLat + log2(nNodes) interLat), NVLink
+    # LL128 hop 1.25 us; interLat = hwLat[NET][TREE][LL128] 8.5 + the plugin's 75 us
+    assert entry.latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 1 * (8.5 + 75.0)))
+    # played: the EFA hop of AWS's tuner model, 20 us, instead of 8.5 + 75
+    assert entry.played_latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 1 * 20.0))
+    # Simple: the plugin's figure twice ("flush extra latency"), the hop 20 + 3 us
+    simple = tuning.entry("all_reduce", "tree", "Simple")
+    assert simple.latency_us == pytest.approx(8.4 + 2 * (7 * 4.0 + 1 * (14.0 + 2 * 75.0)))
+    assert simple.played_latency_us == pytest.approx(8.4 + 2 * (7 * 4.0 + 1 * 23.0))
+
+
+def test_before_2_18_the_plugin_latency_replaces_nccls_network_hop():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine("AWS EFA (p4d)"), era_for("2.16.5"))
+    # 2.16 tuning.cc: interLat = latencyInter ? latencyInter : hwLat; tree LL128 baseLat 4.4,
+    # NVLink LL128 hop 1.25 us
+    entry = tuning.entry("all_reduce", "tree", "LL128")
+    assert entry.latency_us == pytest.approx(4.4 + 2 * (7 * 1.25 + 1 * 75.0))
+
+
+def test_without_a_plugin_nothing_changes():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine(None), era_for("2.30.7"))
+    entry = tuning.entry("all_reduce", "tree", "LL128")
+    assert entry.latency_us == entry.played_latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 8.5))
+
+
+def test_grouped_rails_give_nvls_tree_each_gpus_four_nics():
+    # aws-ofi-nccl's RDMA protocol: one device per GPU at 4 x 12.5 GB/s; NVLS-Tree's graph
+    # then finds more than one NIC's 12.5 GB/s between machines (SM90 inter speeds: 48 fits 50)
+    grouped = efa_machine("AWS EFA (p5)").nvls
+    apart = efa_machine("AWS EFA (p4d)").nvls
+    assert apart.bw_inter <= 12.5
+    assert grouped.bw_inter == 48.0
+
+
+def test_unknown_nic_model_is_a_one_line_error():
+    from gansim.core.errors import UserInputError
+    with pytest.raises(UserInputError, match="unknown NIC model 'Infiniband'.*AWS EFA"):
+        efa_machine("Infiniband")
+
+
+# ---------------------------------------------------------------- NCCL_P2P_LEVEL
+
+def pcie_machine(**extra):
+    from gansim.collectives.nccl_topology import NcclMachine
+    data = {"name": "pcie", "generator": "pcie_tree",
+            "params": {"gpus": 4, "gpus_per_switch": 0, "pcie_bandwidth_GBps": 63.0, "host_model": "AMD EPYC 9575F"},
+            **extra}
+    return NcclMachine.build(topology_from_dict(data, "test"), 4)
+
+
+def test_p2p_level_decides_p2p_or_host_memory_on_paths_through_the_cpu():
+    from gansim.collectives.nccl_topology import PATH_PHB
+    # four GPUs each on its own root port: GPU to GPU crosses the CPU (PHB)
+    default = pcie_machine().hop(0, 1)
+    assert default.path_type == PATH_PHB and default.transport == "shm"  # ncclTopoCheckP2p: PXB, > 2 GPUs
+    assert pcie_machine(nccl_p2p_level="SYS").hop(0, 1).transport == "p2p"
+    assert pcie_machine(nccl_p2p_level="PHB").hop(0, 1).transport == "p2p"
+    assert pcie_machine(nccl_p2p_level="PXB").hop(0, 1).transport == "shm"
+
+
+def test_p2p_level_outside_ncclS_names_is_a_one_line_error():
+    from gansim.core.errors import UserInputError
+    with pytest.raises(UserInputError, match="nccl_p2p_level"):
+        pcie_machine(nccl_p2p_level="ANY")
+
+
+def test_a_published_runs_p2p_level_reaches_its_topology():
+    from pathlib import Path
+
+    from gansim.prediction.published import load_published
+    (rtx,) = load_published("rtx5090-8x-epyc9575f-p2p")
+    assert rtx.spec.env["NCCL_P2P_LEVEL"] == "SYS" and rtx.topology().nccl_p2p_level == "SYS"
+    assert Path(rtx.path).exists()
