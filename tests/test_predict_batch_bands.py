@@ -9,6 +9,7 @@ import pytest
 
 from gansim.calibration.timings import read_timings
 from gansim.cli.main import main
+from gansim.outputs.report import speedup_figure
 from gansim.prediction.bands import band_errors
 from gansim.prediction.calibrated import predict
 from gansim.prediction.from_timings import calibrate_from_timings
@@ -101,3 +102,21 @@ def test_per_gpu_and_global_batch_together_are_refused(table3, capsys):
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--global-batch" in err
+
+
+def test_a_scenario_run_from_a_profile_has_bands_and_the_report_draws_them(table3, tmp_path, capsys):
+    _, path = table3
+    scenario = tmp_path / "from-timings.yaml"
+    scenario.write_text(f"name: from-timings\ntopology: paper-gtx1080ti-pcie\nworkload: paper-mlp-gan\n"
+                        f"gpus: [1, 2, 4]\nalgorithms: [nccl]\nper_gpu_batch: 64\nsteps: 5\nprofile: {path}\n")
+    out = tmp_path / "out"
+    assert main(["simulate", str(scenario), "--out", str(out)]) == 0
+    assert "step-time bands" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    for run in summary["runs"]:
+        band = run["band"]
+        assert band["low_s"] <= run["step_time_s"] <= band["high_s"]
+        assert band["speedup_low"] <= run["speedup"] <= band["speedup_high"]
+    traces = speedup_figure(summary).data
+    filled = [t for t in traces if t.get("fill") == "tonexty"]
+    assert len(filled) == 1 and filled[0]["y"] == [r["band"]["speedup_low"] for r in summary["runs"]]

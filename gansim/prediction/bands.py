@@ -9,10 +9,10 @@ Two errors are known, and only these are counted:
   as `gansim validate --published` measures it on the shipped nccl-tests measurements of
   real systems (gansim/prediction/published.py: the median |error| over every system's
   points in that band), computed here from the shipped files. The communication's share of
-  the step moves by it; that share is the step simulated with no compute at all (all of the
-  communication, none of it hidden behind compute: the most it can move the step).
+  the step moves by it.
 
-The band is [step - (spread x step + error x communication), step + the same]; the
+The band is [step - (spread x step + error x communication), step + the same], where the
+communication is the simulation's, on the step's critical path (what it adds to the step); the
 speed-up's band is the speed-up at those ends with the one-GPU time held (a one-GPU step has
 no communication and its spread cancels in the ratio to first order). Neither error is known
 for a size band without validation points; the band then says so (`unknown`) rather than
@@ -22,14 +22,13 @@ count it as zero.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
 
-from gansim.calibration.profile import NETWORK_PHASES, Profile
+from gansim.calibration.profile import Profile
 from gansim.core.config import TrainingOptions
 from gansim.prediction.published import BANDS, compare, load_published, summarize
-from gansim.topology.graph import Topology
-from gansim.training.workloads import GanWorkload, StepPhases
+from gansim.training.workloads import GanWorkload
 
 
 @dataclass(frozen=True)
@@ -97,32 +96,30 @@ def calibration_spread(profile: Profile) -> Optional[float]:
     return max(spreads) if spreads else None
 
 
-SimulatePoint = Callable[[Profile, Topology, int, str, TrainingOptions, GanWorkload, StepPhases], dict[str, Any]]
-
-
-def prediction_bands(profile: Profile, workload: GanWorkload, options: TrainingOptions, topology: Topology,
-                     algorithm: str, steps: dict[int, tuple[float, StepPhases]],
-                     simulate: SimulatePoint) -> dict[int, StepBand]:
-    """The band of each world size's predicted step (`steps`: world size -> (step time, the
-    phases it was simulated with)); `simulate` is the prediction's own simulation."""
-    spread = calibration_spread(profile)
-    band = size_band(message_sizes(workload, options))
+def step_band(step_s: float, speedup: float, communication_s: float, spread: Optional[float],
+              band: str) -> StepBand:
+    """The band of one predicted step: `communication_s` is the communication on the step's
+    critical path (the simulation's breakdown), `spread` the calibration's, `band` the size
+    band of the workload's all-reduce messages."""
     error = band_errors()[band]
     unknown = tuple(what for what, value in (("repeat_spread", spread), ("communication_error", error))
                     if value is None)
-    # communication alone: no host work, no stragglers
-    silent = options.model_copy(update={"host_overhead_per_replica_s": 0.0, "compute_cv": 0.0})
-    t1 = steps[1][0]
-    b1 = steps[1][1].batch
-    out = {}
-    for w, (step, phases) in steps.items():
-        if w == 1:
-            communication = 0.0
-        else:
-            idle = replace(phases, data_host_s=0.0, **{name: 0.0 for name in NETWORK_PHASES}, regularization=())
-            communication = simulate(profile, topology, w, algorithm, silent, workload, idle)["step_time_s"]
-        reach = (spread or 0.0) * step + (error or 0.0) * communication
-        low, high = max(step - reach, 1e-12), step + reach
-        throughput = w * phases.batch / b1 * t1
-        out[w] = StepBand(low, high, throughput / high, throughput / low, spread, communication, error, band, unknown)
-    return out
+    reach = (spread or 0.0) * step_s + (error or 0.0) * communication_s
+    low, high = max(step_s - reach, 1e-12), step_s + reach
+    return StepBand(low, high, speedup * step_s / high, speedup * step_s / low, spread, communication_s, error, band,
+                    unknown)
+
+
+def record_band(record: dict[str, Any], speedup: float, spread: Optional[float], band: str) -> StepBand:
+    """The band of a simulated run's record (its step time and the breakdown's communication)."""
+    return step_band(record["step_time_s"], speedup, record["breakdown"]["communication_s"], spread, band)
+
+
+def add_scenario_bands(summary: dict[str, Any], workload: GanWorkload, options: TrainingOptions,
+                       profile: Profile) -> None:
+    """Every simulated run of a scenario run from `profile` gets its `band` (StepBand.as_dict)."""
+    band = size_band(message_sizes(workload, options))
+    spread = calibration_spread(profile)
+    for run in summary["runs"]:
+        if run.get("step_time_s") is not None and run.get("speedup") is not None:
+            run["band"] = record_band(run, run["speedup"], spread, band).as_dict()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gansim.calibration.phases import COMPUTE_PHASES
 from gansim.calibration.profile import NETWORK_PHASES, Profile
@@ -15,13 +15,11 @@ from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.core.units import MiB
+from gansim.prediction.bands import StepBand, calibration_spread, message_sizes, record_band, size_band
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.point import simulate_point
 from gansim.topology.graph import Topology, load_topology, topology_from_dict
 from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
-
-if TYPE_CHECKING:
-    from gansim.prediction.bands import StepBand
 
 # PyTorch DDP's defaults (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and
 # dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB)
@@ -204,17 +202,15 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         step_phases = phases_at_batch(profile, phases, batches[w]).slowed(factor)
         records[w] = simulate_profile_point(profile, unshared, w, algorithm, options, workload, step_phases)
     t1 = records[1]["step_time_s"]
-    bands = {}
-    if with_bands:
-        from gansim.prediction.bands import prediction_bands
-
-        bands = prediction_bands(profile, workload, options, unshared, algorithm,
-                                 {w: (records[w]["step_time_s"], phases_at_batch(profile, phases, batches[w]))
-                                  for w in sizes}, simulate_profile_point)
-    return [Prediction(w, records[w]["step_time_s"],
-                       w * batches[w] / batches[1] * t1 / records[w]["step_time_s"], records[w], scaled_from,
-                       batches[w], bands.get(w))
-            for w in sorted(set(world_sizes))]
+    predictions = []
+    for w in sorted(set(world_sizes)):
+        speedup = w * batches[w] / batches[1] * t1 / records[w]["step_time_s"]
+        band = None
+        if with_bands:
+            band = record_band(records[w], speedup, calibration_spread(profile),
+                               size_band(message_sizes(workload, options)))
+        predictions.append(Prediction(w, records[w]["step_time_s"], speedup, records[w], scaled_from, batches[w], band))
+    return predictions
 
 
 def simulate_profile_point(profile: Profile, topology: Topology, world_size: int, algorithm: str,
