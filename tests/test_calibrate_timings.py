@@ -113,3 +113,16 @@ def test_table3_fitted_on_one_and_two_gpus_predicts_three_and_four(tmp_path, cap
     timings = profile.fit.timings
     assert all(r.communication_s < 0.01 * r.step_time_s for r in timings.rows)
     assert timings.repeat_spread == pytest.approx(98.60 / 94.56 - 1)
+
+
+def test_the_docs_worked_cases_are_what_the_script_prints():
+    import subprocess
+    import sys
+
+    printed = subprocess.run([sys.executable, str(ROOT / "bench" / "timings_cases.py"), "--markdown"],
+                             capture_output=True, text=True, check=True).stdout
+    doc = (ROOT / "docs" / "calibrate-from-timings.md").read_text()
+    blocks = [block for block in printed.split("\n\n") if block.strip()]
+    assert len(blocks) == 4  # a heading line and a table per case
+    for block in blocks:
+        assert block.strip() in doc

@@ -190,6 +190,7 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         if target is None:
             raise UserInputError(f"topology {topology.name!r} has CPU ranks but the profile was measured on "
                                  f"{profile.provenance.device!r}; allowed: a topology of GPUs", field="--topology")
+        check_movable(profile, target)
         source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
         phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
     options = TrainingOptions(**profile_options(profile))
@@ -211,6 +212,16 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
                                size_band(message_sizes(workload, options)))
         predictions.append(Prediction(w, records[w]["step_time_s"], speedup, records[w], scaled_from, batches[w], band))
     return predictions
+
+
+def check_movable(profile: Profile, target: Any) -> None:
+    """A profile from timings carries no FLOPs and bytes per phase, which the roofline needs
+    to move its compute to another GPU: one line saying so rather than the calibrator's hint."""
+    if profile.fit.timings is not None and not profile.measured.phase_costs:
+        raise UserInputError(
+            f"the profile was fitted from timings on {profile.provenance.device!r}; a table of timings gives no FLOPs "
+            f"and bytes per phase, which the roofline needs to move its compute to {getattr(target, 'name', target)!r}; "
+            f"allowed: a topology of {profile.provenance.device} GPUs", field="--topology")
 
 
 def simulate_profile_point(profile: Profile, topology: Topology, world_size: int, algorithm: str,

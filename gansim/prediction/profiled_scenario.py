@@ -15,6 +15,7 @@ from gansim.calibration.profile import Profile, load_profile
 from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse, validation_error
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import (
+    check_movable,
     profile_options,
     profile_topology,
     profile_workload,
@@ -74,6 +75,7 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str,
             raise UserInputError(f"the topology's ranks are CPUs but profile {path} was measured on "
                                  f"{profile.provenance.device!r}; allowed: a topology of GPUs",
                                  source=loaded.source, field="topology")
+        check_movable(profile, target)
         try:
             source = measured_device(profile)
         except UserInputError:
