@@ -126,3 +126,27 @@ def test_the_docs_worked_cases_are_what_the_script_prints():
     assert len(blocks) == 4  # a heading line and a table per case
     for block in blocks:
         assert block.strip() in doc
+
+
+def test_a_workload_yaml_with_only_parameter_counts_is_enough(tmp_path, capsys):
+    workload = tmp_path / "w.yaml"
+    workload.write_text("name: my-gan\nnetworks:\n  discriminator: {params: 1000000}\n  generator: {params: 3000000}\n")
+    table = write_csv(tmp_path, "gpus,per_gpu_batch,step_time_s,label\n1,32,0.1,a\n1,64,0.18,b\n2,64,0.2,c\n")
+    out = tmp_path / "p.json"
+    code, printed, _ = run(capsys, "--from-timings", str(table), "--workload", str(workload), "--topology",
+                           "dgx1-v100", "--out", str(out))
+    assert code == 0
+    timings = load_profile(out).fit.timings
+    # two batches at one GPU count separate the fixed part of a round from the per-sample part
+    assert set(timings.determined) == {"round_fixed_s", "per_sample_s", "host_overhead_per_replica_s"}
+    assert timings.per_sample_s == pytest.approx((0.18 - 0.1) / 32, rel=1e-6)
+    # the gradients all-reduced are the workload's 4 M float32 parameters
+    assert [r.communication_s > 0 for r in timings.rows] == [False, False, True]
+
+
+def test_a_timings_profile_is_not_moved_to_another_gpu(tmp_path, capsys):
+    out = tmp_path / "table3.json"
+    assert run(capsys, "--from-timings", str(TABLE3), *PAPER, "--out", str(out))[0] == 0
+    code = main(["predict", "--profile", str(out), "--topology", "dgx1-v100", "--world-sizes", "1,2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "FLOPs" in err and "GTX 1080 Ti" in err

@@ -41,7 +41,7 @@ import json
 import os
 from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from gansim.calibration.phases import COMPUTE_PHASES
 from gansim.core.config import (
@@ -303,6 +303,14 @@ class Fit(_Model):
     timings: Optional[TimingsFigures] = None  # calibrate --from-timings
 
     _keys = field_validator("core_sharing", "residuals")(_check_ws_keys)
+
+    @model_serializer(mode="wrap")
+    def _timings_only_when_fitted(self, handler: Any) -> dict[str, Any]:
+        """A profile not made from timings is written as before (no `timings: null`)."""
+        data = handler(self)
+        if data.get("timings") is None:
+            data.pop("timings", None)
+        return data
 
     @field_validator("compute")
     @classmethod

@@ -77,7 +77,8 @@ def _cell(path: str, line: int, column: str, text: str, allowed: str, *, integer
     try:
         value = int(text) if integer else float(text)
     except ValueError:
-        raise UserInputError(f"{text!r} is not a number; allowed: {allowed}", source=path, field=where) from None
+        raise UserInputError(f"{text!r} is not {'a whole number' if integer else 'a number'}; allowed: {allowed}",
+                             source=path, field=where) from None
     if not math.isfinite(value) or value <= 0:
         raise UserInputError(f"{text!r}; allowed: {allowed}", source=path, field=where)
     if column == "gpus":

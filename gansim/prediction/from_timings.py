@@ -25,6 +25,7 @@ from gansim.calibration.profile import (
     TimingsRow,
 )
 from gansim.calibration.timings import FIGURES, TimingRow, TimingsFit, fit_timings
+from gansim.collectives.schedules import ALGORITHMS
 from gansim.core.config import GanWorkloadSpec, TrainingOptions, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml
@@ -98,6 +99,7 @@ def calibrate_from_timings(rows: list[TimingRow], source: str, workload_name: st
     """Fit the rows (those at `fit_gpus` when given; the others are held out and predicted)
     and return the profile."""
     GRADIENT_SYNCS.get(gradient_sync, field="--gradient-sync")
+    ALGORITHMS.get(algorithm, field="--algorithm")
     topology = load_topology(topology_name, field="--topology")
     fitted = [r for r in rows if fit_gpus is None or r.gpus in fit_gpus]
     if fit_gpus is not None and not fitted:
