@@ -113,6 +113,8 @@ def test_a_scenario_run_from_a_profile_has_bands_and_the_report_draws_them(table
     assert main(["simulate", str(scenario), "--out", str(out)]) == 0
     assert "step-time bands" in capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
+    header, *lines = (out / "summary.csv").read_text().splitlines()
+    assert header.endswith("band_low_s,band_high_s,band_speedup_low,band_speedup_high") and len(lines) == 3
     for run in summary["runs"]:
         band = run["band"]
         assert band["low_s"] <= run["step_time_s"] <= band["high_s"]
