@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 from gansim.calibration.profile import (
     NETWORK_PHASES,
@@ -94,8 +94,7 @@ def phase_shares(phases: StepPhases) -> dict[str, float]:
 
 def calibrate_from_timings(rows: list[TimingRow], source: str, workload_name: str, topology_name: str,
                            algorithm: str = "nccl", gradient_sync: str = DEFAULT_SYNC,
-                           fit_gpus: Optional[set[int]] = None,
-                           log: Callable[[str], None] = lambda line: None) -> TimingsCalibration:
+                           fit_gpus: Optional[set[int]] = None) -> TimingsCalibration:
     """Fit the rows (those at `fit_gpus` when given; the others are held out and predicted)
     and return the profile."""
     GRADIENT_SYNCS.get(gradient_sync, field="--gradient-sync")
@@ -162,14 +161,10 @@ def calibrate_from_timings(rows: list[TimingRow], source: str, workload_name: st
         sizes = sorted({r.gpus for r in rows if r.per_gpu_batch == batch})
         for p in predict(profile, sizes, per_gpu_batch=batch):
             predicted[(p.world_size, batch)] = p.step_time_s
-    table = [replace_row(row, residual=predicted[(row.gpus, row.per_gpu_batch)] / row.step_time_s - 1)
+    table = [row.model_copy(update={"residual": predicted[(row.gpus, row.per_gpu_batch)] / row.step_time_s - 1})
              for row in table]
     profile = profile_with(figures, table, fit.repeat_spread, fit.determined, fit.combined)
     return TimingsCalibration(profile, fit)
-
-
-def replace_row(row: TimingsRow, **changes: Any) -> TimingsRow:
-    return row.model_copy(update=changes)
 
 
 def describe(calibration: TimingsCalibration) -> list[str]:
