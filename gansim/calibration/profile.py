@@ -41,7 +41,7 @@ import json
 import os
 from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from gansim.calibration.phases import COMPUTE_PHASES
 from gansim.core.config import (
@@ -113,7 +113,7 @@ class Provenance(_Model):
     load_average_start: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
     load_average_end: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
     # what was measured: gansim's own loop (model), a user's script, a torch.profiler trace
-    source: Literal["model", "script", "trace"] = "model"
+    source: Literal["model", "script", "trace", "timings"] = "model"
     # the measured device's peak figures when the user gave them (datasheet), for the roofline
     # that moves the profile to another device
     device_tflops: Optional[Tflops] = None
@@ -249,6 +249,40 @@ class GradientBuckets(_Model):
     generator: list[Annotated[int, Field(ge=4, le=MAX_BYTES)]] = Field(default_factory=list)
 
 
+class TimingsRow(_Model):
+    """One row of a timings table as the fit saw it (per optimizer step)."""
+
+    gpus: RankCount
+    per_gpu_batch: Count
+    accumulation: Count = 1
+    step_time_s: PositiveSeconds
+    communication_s: Seconds  # the network model's, never fitted
+    residual: Optional[Annotated[float, Field(ge=-1e9, le=1e9)]] = None  # (predicted - measured) / measured
+    held_out: bool = False  # not fitted: a check of the prediction
+    label: str = ""
+
+
+class TimingsFigures(_Model):
+    """What ``calibrate --from-timings`` fitted (gansim/calibration/timings.py: the step model):
+    a step is accumulation x round_fixed_s + per_gpu_batch x per_sample_s on one GPU, plus
+    host_overhead_per_replica_s per replica, plus the network model's communication on
+    `topology` with `algorithm`."""
+
+    round_fixed_s: Seconds
+    per_sample_s: Seconds
+    host_overhead_per_replica_s: Seconds
+    determined: list[str] = Field(default_factory=list)  # the figures the table fixes alone
+    combined: Optional[str] = None  # what the table fixes in place of the others
+    round_batch: Annotated[float, Field(gt=0, le=1e9)]  # the largest batch of one round in the table
+    topology: str
+    algorithm: str
+    gradient_sync: str
+    # how the compute of a step splits over the phases (the workload's own proportions)
+    phase_shares: dict[str, Annotated[float, Field(ge=0, le=1)]]
+    repeat_spread: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
+    rows: list[TimingsRow] = Field(default_factory=list)
+
+
 class Fit(_Model):
     allreduce_model: Literal["ring"] = "ring"
     alpha_s: Annotated[float, Field(ge=0, le=1.0)]  # a latency: two loopback hops of alpha / 2
@@ -266,8 +300,17 @@ class Fit(_Model):
     gradient_buckets: Optional[GradientBuckets] = None
     residuals: dict[str, dict[str, Annotated[float, Field(ge=-1e9, le=1e9)]]] = Field(default_factory=dict)
     rms_relative_residual: Optional[Annotated[float, Field(ge=0, le=1e9)]] = None
+    timings: Optional[TimingsFigures] = None  # calibrate --from-timings
 
     _keys = field_validator("core_sharing", "residuals")(_check_ws_keys)
+
+    @model_serializer(mode="wrap")
+    def _timings_only_when_fitted(self, handler: Any) -> dict[str, Any]:
+        """A profile not made from timings is written as before (no `timings: null`)."""
+        data = handler(self)
+        if data.get("timings") is None:
+            data.pop("timings", None)
+        return data
 
     @field_validator("compute")
     @classmethod

@@ -89,6 +89,26 @@ def register(subparsers: Any) -> None:
                         "profile for predicting on another device")
     p.add_argument("--device-memory-bandwidth-GBps", default=None, metavar="B",
                    help="the measured device's peak memory bandwidth (GB/s, datasheet)")
+    timings = p.add_argument_group("from reported timings (--from-timings)")
+    timings.add_argument("--from-timings", metavar="TIMINGS.csv",
+                         help="make the profile from a table of reported timings: columns gpus, per_gpu_batch, "
+                              "one of step_time_s / time_s (with steps) / epoch_time_s (with steps per epoch or "
+                              "--dataset-samples), optional accumulation and label; needs --workload and --topology")
+    timings.add_argument("--workload", metavar="NAME_OR_YAML",
+                         help="with --from-timings: the trained networks, a shipped workload or a YAML with their "
+                              "parameter counts (a workload, or a scenario's workload:)")
+    timings.add_argument("--topology", metavar="NAME_OR_FILE",
+                         help="with --from-timings: the machine the timings were measured on")
+    timings.add_argument("--algorithm", default="nccl", metavar="NAME",
+                         help="with --from-timings: the all-reduce algorithm the network model costs (default nccl)")
+    timings.add_argument("--gradient-sync", default="per_phase_flat", metavar="NAME",
+                         help="with --from-timings: how the framework summed the gradients: per_phase_flat (one "
+                              "all-reduce per network, default), per_variable, ddp_buckets")
+    timings.add_argument("--fit-gpus", metavar="LIST",
+                         help="with --from-timings: fit only the rows at these GPU counts; the others are predicted "
+                              "and their error printed (default: fit every row)")
+    timings.add_argument("--dataset-samples", metavar="N",
+                         help="with --from-timings and epoch_time_s without a steps column: samples per epoch")
     p.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS",
                    help="arguments of --script (after --)")
     p.set_defaults(func=run_calibrate)
@@ -236,6 +256,8 @@ def run_calibrate(args) -> int:
     """Run ``gansim calibrate`` with parsed ``args``; returns the exit code."""
     if getattr(args, "from_trace", None):
         return run_from_trace(args)
+    if getattr(args, "from_timings", None):
+        return run_from_timings(args)
     values = validate_args(args)
     try:
         import torch  # noqa: F401
@@ -308,5 +330,31 @@ def run_from_trace(args) -> int:
                             device_memory_bandwidth_GBps=_optional_number(
                                 args.device_memory_bandwidth_GBps, "--device-memory-bandwidth-GBps", "GB/s"))
     write_profile_atomic(profile, out)
+    _log(f"wrote {out}")
+    return 0
+
+
+def run_from_timings(args) -> int:
+    """``gansim calibrate --from-timings``: a profile from a table of reported timings."""
+    from gansim.calibration.profile import write_profile_atomic
+    from gansim.calibration.timings import read_timings
+    from gansim.prediction.from_timings import calibrate_from_timings, describe
+
+    out = _check_out(args.out)
+    if getattr(args, "from_trace", None) or getattr(args, "script", None) or getattr(args, "script_args", None):
+        raise UserInputError("give one of --from-timings, --from-trace, --script", field="--from-timings")
+    for flag in ("workload", "topology"):
+        if not getattr(args, flag, None):
+            raise UserInputError(f"--from-timings needs --{flag}", field=f"--{flag}")
+    dataset = args.dataset_samples
+    rows = read_timings(args.from_timings, None if dataset is None else _int(dataset, "--dataset-samples", minimum=1))
+    fit_gpus = None if args.fit_gpus is None else set(positive_int_list(args.fit_gpus, "--fit-gpus"))
+    calibration = calibrate_from_timings(rows, args.from_timings, args.workload, args.topology,
+                                         algorithm=str(args.algorithm).strip(),
+                                         gradient_sync=str(args.gradient_sync).strip(), fit_gpus=fit_gpus)
+    for line in describe(calibration):
+        print(line)
+    sys.stdout.flush()
+    write_profile_atomic(calibration.profile, out)
     _log(f"wrote {out}")
     return 0

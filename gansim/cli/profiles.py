@@ -26,6 +26,11 @@ def register(sub: Any) -> None:
                            "topology's GPU of the same name)")
     pred.add_argument("--measured-memory-bandwidth-GBps", type=positive_float("--measured-memory-bandwidth-GBps", "GB/s"),
                       metavar="B", help="peak memory bandwidth (GB/s, datasheet) of the measured device")
+    batch = pred.add_mutually_exclusive_group()
+    batch.add_argument("--per-gpu-batch", type=positive_float("--per-gpu-batch", "samples"), metavar="N",
+                       help="samples per GPU per step at every world size (weak scaling; default: the profile's)")
+    batch.add_argument("--global-batch", type=positive_float("--global-batch", "samples"), metavar="N",
+                       help="samples per step over all GPUs, split between them (strong scaling)")
     pred.add_argument("--json", action="store_true", help="print the predictions as JSON on stdout")
     pred.set_defaults(func=cmd_predict)
 
@@ -54,9 +59,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     topology = load_topology(args.topology, field="--topology") if args.topology else None
     predictions = predict(profile, world_sizes, topology, measured_tflops=args.measured_tflops,
-                          measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps)
+                          measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps,
+                          per_gpu_batch=args.per_gpu_batch, global_batch=args.global_batch, with_bands=True)
     result = {"profile": args.profile, "predictions": [
-        {"world_size": p.world_size, "step_time_s": p.step_time_s, "speedup": p.speedup,
+        {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
+         "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
          "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"],
          **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
         for p in predictions]}
@@ -68,11 +75,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
         bounds = ", ".join(f"{name} {v['bound']}-bound x{v['ratio']:.3g}" for name, v in scaled["phases"].items())
         print(f"compute scaled from {scaled['device']} to {scaled['to']} by a roofline: x{scaled['ratio']:.3g} "
               f"overall ({bounds})", file=human)
-    print(f"{'ranks':>5} {'step ms':>10} {'speedup':>8}  bottleneck", file=human)
+    print(f"{'ranks':>5} {'batch':>8} {'step ms':>10} {'band ms':>21} {'speedup':>8} {'band':>15}  bottleneck",
+          file=human)
     for p in predictions:
         b = p.record["bottleneck"]
-        print(f"{p.world_size:>5} {p.step_time_s * 1e3:>10.3f} {p.speedup:>8.3f}  {b['resource']} "
-              f"({b['utilization']:.0%})", file=human)
+        band = p.band
+        assert band is not None
+        print(f"{p.world_size:>5} {p.per_gpu_batch:>8.4g} {p.step_time_s * 1e3:>10.3f} "
+              f"{band.low_s * 1e3:>10.3f}-{band.high_s * 1e3:<10.3f} {p.speedup:>8.3f} "
+              f"{band.speedup_low:>7.3f}-{band.speedup_high:<7.3f}  {b['resource']} ({b['utilization']:.0%})", file=human)
+    if predictions and predictions[0].band is not None:
+        band = predictions[0].band
+        spread = "unknown (no repeats)" if band.repeat_spread is None else f"{band.repeat_spread:.1%}"
+        error = "unknown (no validation points)" if band.communication_error is None \
+            else f"{band.communication_error:.1%}"
+        print(f"band: run-to-run spread {spread} of the step, plus the communication model's median |error| {error} "
+              f"(validate --published, {band.size_band} band) of the communication", file=human)
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return EXIT_OK

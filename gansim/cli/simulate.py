@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from gansim.cli.args import EXIT_OK, positive_int
 from gansim.core import limits
+from gansim.core.config import ProfiledWorkloadSpec
 from gansim.core.errors import UserInputError
 from gansim.core.files import check_output_dir, folder_name, replaced_dir
 from gansim.core.version import __version__
@@ -48,12 +49,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     human = sys.stderr if args.json else sys.stdout
     result = run_on_executor(loaded, args.executor, args.workers, args.traces)
     summary = result.summary
+    if isinstance(loaded.scenario.workload, ProfiledWorkloadSpec):  # a profile's: its runs get bands
+        from gansim.prediction.profiled_scenario import add_bands
+
+        add_bands(loaded, summary)
     runs = count_runs(loaded)  # what was simulated, 1-GPU baselines included
     with replaced_dir(out_dir, SIMULATE_OUTPUTS) as stage:
         written = [out_dir / path.relative_to(stage) for path in
                    write_run_outputs(stage, summary, result.details, result.featured, result.topologies,
                                      description=loaded.scenario.description)]
     print(table(summary), file=human)
+    banded = [r for r in summary["runs"] if r.get("band")]
+    if banded:
+        print("step-time bands (run-to-run spread and communication model error; ms): " + ", ".join(
+            f"{r['gpus']} x {r['algorithm']} {r['band']['low_s'] * 1e3:.3f}-{r['band']['high_s'] * 1e3:.3f}"
+            for r in banded), file=human)
     traced = sum(1 for d in result.details if "trace" in d)
     print(f"simulated {runs} runs in {result.wall_s:.2f} s wall ({runs / max(result.wall_s, 1e-9):.1f} runs/s), "
           f"{result.cpu_s:.2f} s CPU in the workers; traces for {traced} of {len(summary['runs'])} runs"

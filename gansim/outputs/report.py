@@ -153,6 +153,12 @@ def _algorithms(runs: list[dict[str, Any]]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
+def _translucent(colour: str, alpha: float = 0.2) -> str:
+    """'#rrggbb' as an rgba() colour of that opacity (a band under its curve)."""
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
 def speedup_figure(summary: dict[str, Any]) -> Figure:
     runs = summary["runs"]
     algorithms, combos = _algorithms(runs), _combos(runs)
@@ -167,6 +173,20 @@ def speedup_figure(summary: dict[str, Any]) -> Figure:
             if not sel:
                 continue
             name = algorithm + (f" [{combo}]" if combo else "")
+            colour = ALGORITHM_COLOURS[ai % len(ALGORITHM_COLOURS)]
+            banded = [r for r in sel if r.get("band")]
+            if banded:  # a run from a profile: the range its known errors give (prediction/bands.py)
+                xs = [r["gpus"] for r in banded]
+                fig.add_trace(plot.scatter(x=xs, y=[r["band"]["speedup_high"] for r in banded], mode="lines",
+                                           line={"width": 0, "color": colour}, legendgroup=combo or algorithm,
+                                           showlegend=False, hoverinfo="skip"))
+                fig.add_trace(plot.scatter(
+                    x=xs, y=[r["band"]["speedup_low"] for r in banded], mode="lines", fill="tonexty",
+                    fillcolor=_translucent(colour), line={"width": 0, "color": colour},
+                    name=f"{name}: band (run-to-run spread, communication model error)",
+                    legendgroup=combo or algorithm,
+                    hovertext=[f"{r['gpus']} GPUs: speed-up {r['band']['speedup_low']:.3f} - "
+                               f"{r['band']['speedup_high']:.3f}" for r in banded], hoverinfo="text"))
             fig.add_trace(plot.scatter(
                 x=[r["gpus"] for r in sel], y=[r["speedup"] for r in sel], mode="lines+markers", name=name,
                 legendgroup=combo or algorithm,
@@ -375,6 +395,11 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _band_text(run: dict[str, Any]) -> str:
+    band = run.get("band")
+    return f" ({band['low_s'] * 1e3:.3f}-{band['high_s'] * 1e3:.3f})" if band else ""
+
+
 def runs_table(summary: dict[str, Any]) -> str:
     runs = summary["runs"]
     reference = summary.get("reference") or {}
@@ -397,7 +422,7 @@ def runs_table(summary: dict[str, Any]) -> str:
         rows.append(
             f"<tr><td>{r['gpus']}</td><td class='l'>{html.escape(r['algorithm'])}</td>"
             + (f"<td class='l'>{html.escape(combo_label(r))}</td>" if sweep else "") +
-            f"<td>{r['step_time_s'] * 1e3:.3f}</td>"
+            f"<td>{r['step_time_s'] * 1e3:.3f}{_band_text(r)}</td>"
             f"<td>{_fmt(r['speedup'], '.3f')}</td>" + (f"<td>{ref[r['gpus']]:.3f}</td>" if r["gpus"] in ref else
                                                         ("<td></td>" if ref else "")) +
             f"<td>{_fmt(r['efficiency'], '.0%')}</td><td>{r['allreduce_time_s'] * 1e3:.3f}</td>"

@@ -39,13 +39,18 @@ def flat_row(run: dict[str, Any], sweep_axes: list[str]) -> dict[str, Any]:
     row["busiest_link_utilization"] = link.get("utilization")
     for axis in sweep_axes:
         row[f"sweep.{axis}"] = run.get("sweep", {}).get(axis)
+    band = run.get("band")
+    if band:  # a run from a calibration profile (gansim/prediction/bands.py)
+        row.update({f"band_{k}": band[k] for k in ("low_s", "high_s", "speedup_low", "speedup_high")})
     return row
 
 
 def to_csv(summary: dict[str, Any]) -> str:
     axes = list(summary.get("sweep_axes", []))
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS + [f"sweep.{a}" for a in axes], lineterminator="\n")
+    bands = [f"band_{k}" for k in ("low_s", "high_s", "speedup_low", "speedup_high")] \
+        if any(run.get("band") for run in summary["runs"]) else []
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS + [f"sweep.{a}" for a in axes] + bands, lineterminator="\n")
     writer.writeheader()
     for run in summary["runs"]:
         writer.writerow(flat_row(run, axes))

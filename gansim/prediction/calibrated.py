@@ -6,18 +6,19 @@ Only fitted figures are used, never the measured multi-rank step times (those ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gansim.calibration.phases import COMPUTE_PHASES
-from gansim.calibration.profile import Profile
+from gansim.calibration.profile import NETWORK_PHASES, Profile
 from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.core.units import MiB
+from gansim.prediction.bands import StepBand, calibration_spread, message_sizes, record_band, size_band
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.point import simulate_point
-from gansim.topology.graph import Topology, topology_from_dict
+from gansim.topology.graph import Topology, load_topology, topology_from_dict
 from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
 
 # PyTorch DDP's defaults (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and
@@ -113,6 +114,9 @@ class Prediction:
     record: dict[str, Any]
     # the roofline that moved the compute to the target device (None: same device)
     compute_scaled_from: dict[str, Any] | None = None
+    per_gpu_batch: float = 0.0
+    # the range the step time's known errors give (gansim/prediction/bands.py)
+    band: StepBand | None = None
 
 
 def bucket_caps_MiB(profile: Profile) -> tuple[float, float]:
@@ -125,42 +129,108 @@ def bucket_caps_MiB(profile: Profile) -> tuple[float, float]:
     return DDP_BUCKET_MiB, DDP_FIRST_BUCKET_MiB
 
 
+def batch_shape(profile: Profile, per_gpu_batch: float | None, global_batch: float | None,
+                world_size: int) -> float:
+    """Samples per GPU per optimizer step at `world_size`: the profile's (as calibrated), a
+    given per-GPU batch (weak scaling) or a global batch split over the ranks (strong)."""
+    if per_gpu_batch is not None and global_batch is not None:
+        raise UserInputError("give --per-gpu-batch or --global-batch, not both", field="--global-batch")
+    if global_batch is not None:
+        return global_batch / world_size
+    return float(per_gpu_batch if per_gpu_batch is not None else profile.provenance.batch_size)
+
+
+def phases_at_batch(profile: Profile, phases: StepPhases, batch: float) -> StepPhases:
+    """The step's phases at `batch` samples per GPU. From timings: the fitted step model (a
+    fixed part per round, rounds of at most the table's largest round batch, a part per
+    sample) split over the phases in the workload's proportions. From any other profile:
+    forward and backward scale with the batch, optimizer updates do not (StepPhases.at_batch)."""
+    timings = profile.fit.timings
+    if timings is None:
+        return phases if batch == phases.batch else phases.at_batch(batch)
+    rounds = max(1, math.ceil(batch / timings.round_batch - 1e-9))
+    total = rounds * timings.round_fixed_s + batch * timings.per_sample_s
+    return replace(phases, batch=batch, data_host_s=0.0,
+                   **{name: total * timings.phase_shares.get(name, 0.0) for name in NETWORK_PHASES})
+
+
+def default_topology(profile: Profile, ranks: int) -> Topology:
+    """The machine a profile describes: the topology its timings came from, else the
+    calibrated host (profile_topology)."""
+    if profile.fit.timings is not None:
+        return load_topology(profile.fit.timings.topology, source="profile", field="fit.timings.topology")
+    return profile_topology(profile, ranks)
+
+
 def predict(profile: Profile, world_sizes: list[int], topology: Topology | None = None,
-            algorithm: str = "ring", measured_tflops: float | None = None,
-            measured_memory_bandwidth_GBps: float | None = None) -> list[Prediction]:
+            algorithm: str | None = None, measured_tflops: float | None = None,
+            measured_memory_bandwidth_GBps: float | None = None, *, per_gpu_batch: float | None = None,
+            global_batch: float | None = None, with_bands: bool = False) -> list[Prediction]:
+    """Step time and speed-up at each world size. Speed-up is samples per second over one
+    GPU's at the same batch shape (weak: w x T(1) / T(w); strong: T(1) / T(w))."""
     for w in world_sizes:
         limits.RANKS.check(w, field="--world-sizes")
+    timings = profile.fit.timings
+    algorithm = algorithm or (timings.algorithm if timings is not None else "ring")
     workload = profile_workload(profile)
     sizes = sorted(set(world_sizes) | {1})
-    topo = topology if topology is not None else profile_topology(profile, max(sizes))
-    if max(sizes) > len(topo.ranks):
-        raise UserInputError(f"{max(sizes)} ranks asked but topology {topo.name!r} has {len(topo.ranks)}",
+    given_topology = topology
+    if topology is None:
+        topology = default_topology(profile, max(sizes))
+    if max(sizes) > len(topology.ranks):
+        raise UserInputError(f"{max(sizes)} ranks asked but topology {topology.name!r} has {len(topology.ranks)}",
                              field="--world-sizes")
     # the measured sharing factor already contains any oversubscription of the cores
-    unshared = without_core_pools(topo)
+    unshared = without_core_pools(topology)
     phases = workload.measured
     assert phases is not None
     scaled_from = None
-    target = target_device(topology) if topology is not None else None
-    if topology is not None and needs_scaling(profile, target):
+    target = target_device(topology) if (given_topology is not None or timings is not None) else None
+    if given_topology is not None and needs_scaling(profile, target):
         if target is None:
             raise UserInputError(f"topology {topology.name!r} has CPU ranks but the profile was measured on "
                                  f"{profile.provenance.device!r}; allowed: a topology of GPUs", field="--topology")
+        check_movable(profile, target)
         source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
         phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
     options = TrainingOptions(**profile_options(profile))
     records: dict[int, dict[str, Any]] = {}
+    batches: dict[int, float] = {}
     for w in sizes:
+        batches[w] = batch_shape(profile, per_gpu_batch, global_batch, w)
         # ranks on GPUs of their own share no cores
         factor = sharing_factor(profile, w) if target is None else 1.0
-        scenario = Scenario(name="predict", topology=topo.name, workload="calibrated", gpus=[w],
-                            algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
-                            steps=predicted_steps(w) if profile.fit.compute_cv > 0 else 5, options=options)
-        records[w] = simulate_point(scenario, unshared, w, algorithm,
-                                    workload=(workload, phases.slowed(factor)))
+        step_phases = phases_at_batch(profile, phases, batches[w]).slowed(factor)
+        records[w] = simulate_profile_point(profile, unshared, w, algorithm, options, workload, step_phases)
     t1 = records[1]["step_time_s"]
-    return [Prediction(w, records[w]["step_time_s"], w * t1 / records[w]["step_time_s"], records[w], scaled_from)
-            for w in sorted(set(world_sizes))]
+    predictions = []
+    for w in sorted(set(world_sizes)):
+        speedup = w * batches[w] / batches[1] * t1 / records[w]["step_time_s"]
+        band = None
+        if with_bands:
+            band = record_band(records[w], speedup, calibration_spread(profile),
+                               size_band(message_sizes(workload, options)))
+        predictions.append(Prediction(w, records[w]["step_time_s"], speedup, records[w], scaled_from, batches[w], band))
+    return predictions
+
+
+def check_movable(profile: Profile, target: Any) -> None:
+    """A profile from timings carries no FLOPs and bytes per phase, which the roofline needs
+    to move its compute to another GPU: one line saying so rather than the calibrator's hint."""
+    if profile.fit.timings is not None and not profile.measured.phase_costs:
+        raise UserInputError(
+            f"the profile was fitted from timings on {profile.provenance.device!r}; a table of timings gives no FLOPs "
+            f"and bytes per phase, which the roofline needs to move its compute to {getattr(target, 'name', target)!r}; "
+            f"allowed: a topology of {profile.provenance.device} GPUs", field="--topology")
+
+
+def simulate_profile_point(profile: Profile, topology: Topology, world_size: int, algorithm: str,
+                           options: TrainingOptions, workload: GanWorkload, phases: StepPhases) -> dict[str, Any]:
+    """One simulated world size of a profile's training with the given phases."""
+    scenario = Scenario(name="predict", topology=topology.name, workload="calibrated", gpus=[world_size],
+                        algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,
+                        steps=predicted_steps(world_size) if options.compute_cv > 0 else 5, options=options)
+    return simulate_point(scenario, topology, world_size, algorithm, workload=(workload, phases))
 
 
 def profile_options(profile: Profile) -> dict[str, Any]:
@@ -168,8 +238,14 @@ def profile_options(profile: Profile) -> dict[str, Any]:
     ddp profile), its bucket caps, the ranks' compute variability, the reduction cost."""
     ddp = profile.provenance.mode == "ddp"
     bucket_MiB, first_bucket_MiB = bucket_caps_MiB(profile)
-    return {"overlap": ddp, "broadcast_buffers": ddp, "bucket_MiB": bucket_MiB, "first_bucket_MiB": first_bucket_MiB,
-            "compute_cv": profile.fit.compute_cv, "gamma_s_per_byte": profile.fit.gamma_s_per_byte}
+    options = {"overlap": ddp, "broadcast_buffers": ddp, "bucket_MiB": bucket_MiB,
+               "first_bucket_MiB": first_bucket_MiB, "compute_cv": profile.fit.compute_cv,
+               "gamma_s_per_byte": profile.fit.gamma_s_per_byte}
+    timings = profile.fit.timings
+    if timings is not None:  # the sync the timings' framework ran, and the host work per replica fitted
+        options.update(overlap=False, broadcast_buffers=False, gradient_sync=timings.gradient_sync,
+                       host_overhead_per_replica_s=timings.host_overhead_per_replica_s)
+    return options
 
 
 def predicted_steps(ranks: int) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -14,14 +15,17 @@ from gansim.calibration.profile import Profile, load_profile
 from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse, validation_error
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import (
+    check_movable,
     profile_options,
     profile_topology,
     profile_workload,
     sharing_factor,
     without_core_pools,
 )
+from gansim.prediction.bands import add_scenario_bands
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.scenario import LoadedScenario
+from gansim.training.workloads import GanWorkload, resolve_workload
 
 
 def with_profile(loaded: LoadedScenario, path: Path, topology_names: list[str], calibrated: str) -> LoadedScenario:
@@ -71,6 +75,7 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str,
             raise UserInputError(f"the topology's ranks are CPUs but profile {path} was measured on "
                                  f"{profile.provenance.device!r}; allowed: a topology of GPUs",
                                  source=loaded.source, field="topology")
+        check_movable(profile, target)
         try:
             source = measured_device(profile)
         except UserInputError:
@@ -87,3 +92,14 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str,
         d_param_tensors=list(workload.d_param_tensors), g_param_tensors=list(workload.g_param_tensors),
         d_buffer_bytes=workload.d_buffer_bytes, g_buffer_bytes=workload.g_buffer_bytes,
     )
+
+
+def add_bands(loaded: LoadedScenario, summary: dict[str, Any]) -> None:
+    """Every run of a scenario run from a profile gets the band of its step time and speed-up
+    (gansim/prediction/bands.py), from its profile's run-to-run spread and the communication
+    model's validation error in the size band of its workload's all-reduces."""
+    spec = loaded.scenario.workload
+    assert isinstance(spec, ProfiledWorkloadSpec)
+    workload = resolve_workload(spec, loaded.scenario.reference_batch(), source=loaded.source)
+    assert isinstance(workload, GanWorkload)
+    add_scenario_bands(summary, workload, loaded.scenario.options, load_profile(spec.from_profile))

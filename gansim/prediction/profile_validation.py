@@ -77,7 +77,9 @@ class ValidationReport:
 def validate(profile: Profile) -> ValidationReport:
     measured = {int(k): v for k, v in profile.measured.step_time_s.items()}
     if not measured:
-        raise UserInputError("the profile has no measured step times to validate against",
+        hint = ("; it was fitted from timings: calibrate --from-timings printed each row's residual, kept in "
+                "fit.timings.rows (hold rows out with --fit-gpus to check predictions)") if profile.fit.timings else ""
+        raise UserInputError(f"the profile has no measured step times to validate against{hint}",
                              field="measured.step_time_s")
     sizes = sorted(measured)
     predictions = {p.world_size: p for p in predict(profile, sizes)}

@@ -1,0 +1,125 @@
+"""The range a prediction's known errors give around its step time.
+
+Two errors are known, and only these are counted:
+
+- the calibration's run-to-run spread: the same configuration measured more than once (a
+  profile's repeats, a timings table's repeated rows) took up to this much longer in its
+  slowest run than in its fastest (slowest / fastest - 1). The whole step moves by it;
+- the communication model's error in the size band of the workload's all-reduce messages,
+  as `gansim validate --published` measures it on the shipped nccl-tests measurements of
+  real systems (gansim/prediction/published.py: the median |error| over every system's
+  points in that band), computed here from the shipped files. The communication's share of
+  the step moves by it.
+
+The band is [step - (spread x step + error x communication), step + the same], where the
+communication is the simulation's, on the step's critical path (what it adds to the step); the
+speed-up's band is the speed-up at those ends with the one-GPU time held (a one-GPU step has
+no communication and its spread cancels in the ratio to first order). Neither error is known
+for a size band without validation points; the band then says so (`unknown`) rather than
+count it as zero.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from gansim.calibration.profile import Profile
+from gansim.core.config import TrainingOptions
+from gansim.prediction.published import BANDS, compare, load_published, summarize
+from gansim.training.workloads import GanWorkload
+
+
+@dataclass(frozen=True)
+class StepBand:
+    low_s: float
+    high_s: float
+    speedup_low: float
+    speedup_high: float
+    repeat_spread: Optional[float]  # None: the calibration has no repeats to tell it
+    communication_s: float
+    communication_error: Optional[float]  # None: no validation points in that size band
+    size_band: str
+    unknown: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["unknown"] = list(self.unknown)
+        return out
+
+
+@functools.lru_cache(maxsize=1)
+def band_errors() -> dict[str, Optional[float]]:
+    """Size band -> median |error| of the communication model over the shipped published
+    measurements in it (None without points), as `gansim validate --published` reports it."""
+    rows = [row for published in load_published() for row in compare(published)]
+    out: dict[str, Optional[float]] = {}
+    for name, low, high in BANDS:
+        summary = summarize(rows, low, high)
+        out[name] = summary.median_abs_error if summary.points else None
+    return out
+
+
+def message_sizes(workload: GanWorkload, options: TrainingOptions) -> list[float]:
+    """The bytes of each gradient all-reduce one step issues, as options.gradient_sync issues
+    them: one per variable, one per network (flat), or DDP's buckets (at most bucket_MiB)."""
+    per_param = workload.bytes_per_param
+    networks = (workload.d_param_tensors, workload.g_param_tensors)
+    sync = options.sync()
+    if sync == "per_variable":
+        return [t * per_param for tensors in networks for t in tensors]
+    totals = [sum(tensors) * per_param for tensors in networks]
+    if sync == "ddp_buckets":
+        cap = options.bucket_MiB * 1024 * 1024
+        return [size for total in totals for size in [cap] * int(total // cap) + ([total % cap] if total % cap else [])]
+    return totals
+
+
+def size_band(sizes: list[float]) -> str:
+    """The band that carries most of the bytes (a message below the smallest band counts in
+    the smallest, above the largest in the largest)."""
+    carried = dict.fromkeys((name for name, _, _ in BANDS), 0.0)
+    for size in sizes:
+        for name, low, high in BANDS:
+            if (size < high if high is not None else True) or name == BANDS[-1][0]:
+                carried[name] += size
+                break
+    return max(carried, key=lambda name: carried[name])
+
+
+def calibration_spread(profile: Profile) -> Optional[float]:
+    """The largest run-to-run spread the calibration saw (None: no repeats)."""
+    if profile.fit.timings is not None:
+        return profile.fit.timings.repeat_spread
+    spreads = [s for ws in profile.measured.repeat_step_time_s if (s := profile.measured.repeat_spread(ws)) is not None]
+    return max(spreads) if spreads else None
+
+
+def step_band(step_s: float, speedup: float, communication_s: float, spread: Optional[float],
+              band: str) -> StepBand:
+    """The band of one predicted step: `communication_s` is the communication on the step's
+    critical path (the simulation's breakdown), `spread` the calibration's, `band` the size
+    band of the workload's all-reduce messages."""
+    error = band_errors()[band]
+    unknown = tuple(what for what, value in (("repeat_spread", spread), ("communication_error", error))
+                    if value is None)
+    reach = (spread or 0.0) * step_s + (error or 0.0) * communication_s
+    low, high = max(step_s - reach, 1e-12), step_s + reach
+    return StepBand(low, high, speedup * step_s / high, speedup * step_s / low, spread, communication_s, error, band,
+                    unknown)
+
+
+def record_band(record: dict[str, Any], speedup: float, spread: Optional[float], band: str) -> StepBand:
+    """The band of a simulated run's record (its step time and the breakdown's communication)."""
+    return step_band(record["step_time_s"], speedup, record["breakdown"]["communication_s"], spread, band)
+
+
+def add_scenario_bands(summary: dict[str, Any], workload: GanWorkload, options: TrainingOptions,
+                       profile: Profile) -> None:
+    """Every simulated run of a scenario run from `profile` gets its `band` (StepBand.as_dict)."""
+    band = size_band(message_sizes(workload, options))
+    spread = calibration_spread(profile)
+    for run in summary["runs"]:
+        if run.get("step_time_s") is not None and run.get("speedup") is not None:
+            run["band"] = record_band(run, run["speedup"], spread, band).as_dict()
