@@ -50,7 +50,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     result = run_on_executor(loaded, args.executor, args.workers, args.traces)
     summary = result.summary
     if isinstance(loaded.scenario.workload, ProfiledWorkloadSpec):  # a profile's: its runs get bands
-        from gansim.prediction.profiled_scenario import add_bands
+        from gansim.prediction.profile_on_topology import add_bands
 
         add_bands(loaded, summary)
     runs = count_runs(loaded)  # what was simulated, 1-GPU baselines included
