@@ -223,10 +223,12 @@ def test_the_generator_rewrites_a_stale_block_and_check_reports_it(tmp_path):
     for block in {b.page for b in docs.BLOCKS}:
         (tmp_path / block).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / block, tmp_path / block)
-    limits = tmp_path / "docs" / "limits.md"
-    limits.write_text(limits.read_text().replace("GANSIM_MAX_RUNS", "GANSIM_MAX_WALKS"))
+    (block,) = [b for b in docs.BLOCKS if b.name == "limits"]
+    limits = tmp_path / block.page
+    limits.write_text(limits.read_text().replace("| `GANSIM_MAX_RUNS` |", "| `GANSIM_MAX_WALKS` |"))
     assert docs.main(["--root", str(tmp_path), "--check"]) == 1
     assert docs.main(["--root", str(tmp_path)]) == 0
+    assert docs.block_in_page(tmp_path, block) == block.render()
     assert "GANSIM_MAX_WALKS" not in limits.read_text()
     assert docs.main(["--root", str(tmp_path), "--check"]) == 0
     assert (tmp_path / docs.SPEEDUP_FIGURE).read_text().startswith("<svg")
