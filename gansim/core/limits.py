@@ -4,7 +4,7 @@ work starts, each raisable by an environment variable.
 A limit guards the machine, not the model: past it a run would take hours or exhaust
 memory (a sweep whose axes multiply to millions of points, a topology of millions of GPUs,
 a YAML alias bomb). Over a limit is one line naming the limit, its value and the variable
-that raises it (`GANSIM_MAX_<NAME>`); README.md lists them."""
+that raises it (`GANSIM_MAX_<NAME>`); docs/limits.md lists them."""
 
 from __future__ import annotations
 
