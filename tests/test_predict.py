@@ -4,6 +4,7 @@ and the world-size-1 run."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,16 @@ def test_flat_mode_counts_the_world_size_1_allreduce_phases_as_copies_paid_at_ev
     alone.update(d_allreduce_s=0.001, g_allreduce_s=0.004, step_s=alone["step_s"] + 0.005)
     assert step(p, 1) == pytest.approx(alone["step_s"], rel=1e-9)
     assert step(p, 2) == pytest.approx(step(profile(mode="flat"), 2) + 0.005 * 1.1, rel=1e-6)
+
+
+def test_validating_a_profile_of_one_run_has_no_measured_speedup(tmp_path, capsys):
+    """A trace of one world size measured no 1-rank step: its speed-up is unknown (null, '-'),
+    not NaN, which JSON cannot hold."""
+    traces = sorted(str(p) for p in (Path(__file__).parent / "data").glob("ddp_gan_trace_rank*.json.gz"))
+    path = tmp_path / "trace.json"
+    assert main(["calibrate", "--from-trace", *traces, "--profiler-overhead-us", "2", "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--profile", str(path), "--out", str(tmp_path / "v"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["world_size"] == 2 and row["measured_speedup"] is None and row["predicted_speedup"] > 1
+    assert json.loads((tmp_path / "v" / "validation.json").read_text())["rows"][0]["measured_speedup"] is None

@@ -23,16 +23,19 @@ def write_validation(out_dir: Path, report: ValidationReport, *, source: str) ->
     sizes = [r.world_size for r in report.rows]
     fig = Figure()
     fig.add_trace(plot.scatter(x=sizes, y=sizes, mode="lines", name="ideal", line={"dash": "dot", "color": "grey"}))
-    # the bars span the speed-ups of the fastest and the slowest repeat at that size
-    high = [r.speedup_at(min(r.measured_repeats_s)) - r.measured_speedup if r.measured_repeats_s else 0.0
-            for r in report.rows]
-    low = [r.measured_speedup - r.speedup_at(max(r.measured_repeats_s)) if r.measured_repeats_s else 0.0
-           for r in report.rows]
-    fig.add_trace(plot.scatter(x=sizes, y=[r.measured_speedup for r in report.rows], mode="lines+markers",
-                             name="measured (bars: range over repeats)",
-                             error_y={"type": "data", "symmetric": False, "array": high, "arrayminus": low}))
+    # a run of one world size (one trace) has no measured speed-up: its step times are compared only
+    with_speedup = [r for r in report.rows if r.measured_speedup is not None]
+    if with_speedup:
+        # the bars span the speed-ups of the fastest and the slowest repeat at that size
+        high = [r.speedup_at(min(r.measured_repeats_s)) - r.measured_speedup if r.measured_repeats_s else 0.0
+                for r in with_speedup]
+        low = [r.measured_speedup - r.speedup_at(max(r.measured_repeats_s)) if r.measured_repeats_s else 0.0
+               for r in with_speedup]
+        fig.add_trace(plot.scatter(x=[r.world_size for r in with_speedup], y=[r.measured_speedup for r in with_speedup],
+                                   mode="lines+markers", name="measured (bars: range over repeats)",
+                                   error_y={"type": "data", "symmetric": False, "array": high, "arrayminus": low}))
     fig.add_trace(plot.scatter(x=sizes, y=[r.predicted_speedup for r in report.rows], mode="lines+markers",
-                             name="predicted (from the fit only)"))
+                               name="predicted (from the fit only)"))
     prov = report.profile.provenance
     title = f"Predicted vs measured speed-up: {prov.model}, {prov.device}, {prov.backend} ({source})"
     fig.update_layout(title=title, xaxis={"title": "ranks"}, yaxis={"title": "speed-up (weak scaling: N T1 / TN)"},

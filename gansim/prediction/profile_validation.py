@@ -16,7 +16,7 @@ class Comparison:
     world_size: int
     measured_step_s: float
     predicted_step_s: float
-    measured_speedup: float
+    measured_speedup: float | None  # None: no 1-rank run measured (a trace of one run)
     predicted_speedup: float
     measured_repeats_s: tuple[float, ...] = ()  # each repeat's own mean step
     steal_fractions: tuple[float, ...] = ()  # each repeat's share of CPU time stolen
@@ -25,9 +25,9 @@ class Comparison:
     def repeat_spread(self) -> float | None:
         return repeat_spread(self.measured_repeats_s)
 
-    def speedup_at(self, step_s: float) -> float:
+    def speedup_at(self, step_s: float) -> float | None:
         """The measured speed-up had this size's step taken `step_s` (the base unchanged)."""
-        return self.measured_speedup * self.measured_step_s / step_s
+        return None if self.measured_speedup is None else self.measured_speedup * self.measured_step_s / step_s
 
     @property
     def step_error(self) -> float:
@@ -50,7 +50,7 @@ class ValidationReport:
             if r.steal_fractions:
                 runs += "  [" + " / ".join(f"{s:.0%}" for s in r.steal_fractions) + "]"
             lines.append(f"{r.world_size:>5} {r.measured_step_s * 1e3:>12.3f} {r.predicted_step_s * 1e3:>13.3f} "
-                         f"{r.step_error:>+8.1%} {r.measured_speedup:>13.3f} {r.predicted_speedup:>13.3f}  {runs}")
+                         f"{r.step_error:>+8.1%} {_speedup(r.measured_speedup):>13} {r.predicted_speedup:>13.3f}  {runs}")
         unsteady = [r for r in self.rows if (r.repeat_spread or 0) > UNSTEADY_SPREAD]
         for r in unsteady:
             lines.append(f"note: at {r.world_size} rank{'s' if r.world_size > 1 else ''} the repeats differ by "
@@ -74,6 +74,10 @@ class ValidationReport:
         }
 
 
+def _speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def validate(profile: Profile) -> ValidationReport:
     measured = {int(k): v for k, v in profile.measured.step_time_s.items()}
     if not measured:
@@ -87,7 +91,7 @@ def validate(profile: Profile) -> ValidationReport:
     rows = []
     for w in sizes:
         p = predictions[w]
-        rows.append(Comparison(w, measured[w], p.step_time_s, w * base / measured[w] if base else float("nan"),
+        rows.append(Comparison(w, measured[w], p.step_time_s, w * base / measured[w] if base else None,
                                p.speedup, tuple(profile.measured.repeat_step_time_s.get(str(w), ())),
                                tuple(profile.measured.steal_fraction.get(str(w), ()))))
     return ValidationReport(profile, rows)
