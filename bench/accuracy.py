@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The calibrator's accuracy on this machine, the way the README reports it.
+"""The calibrator's accuracy on this machine, the way docs/calibration.md describes it.
 
 Each round: ``gansim calibrate`` (world sizes 1 and 2 by default), ``gansim validate``, then
 the independent user script ``bench/user_ddp_gan.py`` twice in a row (A, then B), with the

@@ -107,6 +107,25 @@ def test_no_page_points_outside_the_repository_or_carries_a_date():
             r".{30}(?:\b20\d\d-\d\d-\d\d\b|\bUTC\b|\bVM\b).{30}", prose))
 
 
+def test_no_file_of_the_repository_points_to_the_design_notes_outside_it():
+    """A clone or a pip install has no ../shared: the formats and the model live in docs/."""
+    forbidden = re.compile(r"\.\./shared|INTERFACES\.md|DESIGN\.md")
+    skipped = {".git", ".venv", "gansim-out", "site", "__pycache__", ".pytest_cache", ".hypothesis",
+               ".import_linter_cache"}
+    offenders = []
+    for path in ROOT.rglob("*"):
+        relative = path.relative_to(ROOT)
+        if (set(relative.parts) & skipped or relative.parts[0].endswith(".egg-info") or not path.is_file()
+                or path == Path(__file__) or path.suffix in {".gz", ".svg", ".png"}):
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        offenders += [f"{relative}:{n}" for n, line in enumerate(text.splitlines(), 1) if forbidden.search(line)]
+    assert not offenders, offenders
+
+
 # --- the formats page
 
 

@@ -10,7 +10,7 @@ figures. It needs PyTorch (the base install of gansim does not)::
     torchrun --nnodes 2 --nproc-per-node 8 ... $(which gansim) calibrate \\
         --backend nccl --world-sizes 1,8,16                                 # multi-node
 
-What it does (DESIGN.md, "Calibration"):
+What it does (docs/calibration.md):
 
 1. for world size 1 and every world size asked for, spawn the ranks locally
    (``torch.multiprocessing``) or use the ranks ``torchrun`` started, and run the GAN

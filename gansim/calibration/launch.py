@@ -16,7 +16,7 @@ Two ways to start ranks:
 Tasks a rank can run (one spawn can run several, in order):
 
 ``train``
-    The training step of DESIGN.md ("Training step"): load a batch, ``d_steps``
+    The training step of docs/model.md ("The training step"): load a batch, ``d_steps``
     discriminator steps, one generator step; Adam, BCE. ``mode="ddp"`` wraps both networks
     in ``DistributedDataParallel`` (bucketed all-reduce overlapped with backward);
     ``mode="flat"`` does one explicit all-reduce of the flattened gradients after each

@@ -1,4 +1,4 @@
-"""profile.json: the calibration profile (schema 1), as INTERFACES.md shows it.
+"""profile.json: the calibration profile (schema 1), as docs/formats.md documents it.
 
 No torch import: ``gansim predict`` / ``validate`` read profiles on installs without torch.
 

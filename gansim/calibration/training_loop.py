@@ -1,4 +1,4 @@
-"""The timed GAN training step of a real run (DESIGN.md "Training step"): a batch, k
+"""The timed GAN training step of a real run (docs/model.md, "The training step"): a batch, k
 discriminator steps, one generator step, Adam and BCE, under DistributedDataParallel, one
 flat all-reduce (``mode="flat"``) or no communication at all (the compute-only run); every
 phase timed on every rank, every kept per-step sample returned."""

@@ -80,8 +80,8 @@ class Strict(BaseModel):
 
 # ----------------------------------------------------------------------------- ranges
 # Sane ranges: far beyond any real machine or model, yet narrow enough that no product or sum
-# of them downstream overflows a float or divides by zero. README.md ("Bad input and limits")
-# lists them.
+# of them downstream overflows a float or divides by zero. docs/limits.md lists
+# them.
 def at_least(floor: float, unit: str) -> AfterValidator:
     """A lower bound above zero, after pydantic's own `gt=0` (whose message stays for 0 and
     negative numbers)."""
@@ -386,7 +386,7 @@ class Reference(Strict):
 
 
 class TrainingOptions(Strict):
-    """How one data-parallel step is run (the DDP-like knobs of DESIGN.md)."""
+    """How one data-parallel step is run (the DDP-like knobs of docs/model.md, "The training step")."""
 
     overlap: bool = False  # DDP-style bucketed all-reduce overlapped with backward
     # how gradients are all-reduced (GradientSync above); left out, `ddp_buckets` with

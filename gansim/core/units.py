@@ -1,4 +1,4 @@
-"""Unit constants: SI inside (seconds, bytes, bytes/s), as DESIGN.md's conventions say."""
+"""Unit constants: SI inside (seconds, bytes, bytes/s), as every file format in docs/formats.md states its units."""
 
 KiB = 1024
 MiB = 1024 * 1024

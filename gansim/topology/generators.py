@@ -1,6 +1,6 @@
 """Topology generators: a name plus validated parameters -> a topology dict.
 
-A topology is ``{"nodes": [...], "links": [...]}`` (see INTERFACES.md, "Topology file"):
+A topology is ``{"nodes": [...], "links": [...]}`` (docs/formats.md, "Topology file"):
 nodes carry ``id`` and ``kind`` (gpu | cpu | host | pcie_switch | nvswitch | nic | switch)
 plus attributes; links carry ``a``, ``b``, ``kind`` (pcie | nvlink | net | loopback),
 ``bandwidth_GBps`` (per direction, 1e9 bytes/s; every link is full duplex) and
