@@ -116,9 +116,15 @@ def _relative(value: str, base_dir: str) -> str:
 
 
 @lru_cache(maxsize=32)
-def _load_topology_cached(path_or_name: str, source: str, field: str) -> Topology:
+def _load_topology_cached(path_or_name: str, source: str, field: str, version: tuple[int, int]) -> Topology:
     return load_topology(path_or_name, source=source, field=field)
 
 
 def topology_for(value: str, base_dir: str, source: str, field: str = "topology") -> Topology:
-    return _load_topology_cached(_relative(value, base_dir), source, field)
+    path_or_name = _relative(value, base_dir)
+    try:  # a file edited since it was read (a library user's session) is read again
+        stat = Path(path_or_name).stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except (OSError, ValueError):
+        version = (0, 0)  # a shipped name
+    return _load_topology_cached(path_or_name, source, field, version)

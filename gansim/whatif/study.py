@@ -10,6 +10,7 @@ from concurrent.futures import Executor
 from typing import Any, Callable
 
 from gansim.prediction.scenario_profile import apply_profile
+from gansim.runner.partial import PointStore
 from gansim.runner.point import PointHooks, TimelineDetails
 from gansim.runner.scenario import LoadedScenario, planned_runs, read_scenario
 from gansim.runner.sweep import ScenarioResult, simulate_runs
@@ -40,11 +41,11 @@ def count_runs(loaded: LoadedScenario) -> int:
 
 def run_scenario(loaded: LoadedScenario, executor: Executor | None = None,
                  progress: Callable[[int, int], None] | None = None, *, traces: str | None = "auto",
-                 details: TimelineDetails | None = None) -> ScenarioResult:
+                 details: TimelineDetails | None = None, store: PointStore | None = None) -> ScenarioResult:
     """Every run of the scenario with its what-ifs, then the scenario-level what-ifs.
-    `traces` and `details` as in gansim.runner.sweep.simulate_runs."""
+    `traces`, `details` and `store` as in gansim.runner.sweep.simulate_runs."""
     wall = time.perf_counter()
-    result = simulate_runs(loaded, executor, progress, traces=traces, hooks=study_hooks(details))
+    result = simulate_runs(loaded, executor, progress, traces=traces, hooks=study_hooks(details), store=store)
     result.summary.update(evaluate_scenario_extensions(loaded))
     result.wall_s = time.perf_counter() - wall
     return result
