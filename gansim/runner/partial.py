@@ -14,11 +14,11 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from gansim.core.errors import OutputError
-from gansim.core.files import atomic_write
 from gansim.core.version import __version__
 from gansim.runner.point import PointHooks, RunRequest
 from gansim.runner.scenario import LoadedScenario
@@ -31,30 +31,43 @@ _SUFFIX = ".json"
 
 
 class PointStore:
-    """Finished points in a folder, one JSON file per point, each written atomically (a
-    crash leaves the file whole or absent)."""
+    """Finished points in a folder, one JSON file per point.
+
+    Each file is written beside its place and renamed into it, so that no reader (another
+    run into the same folder) sees half of one. It is not flushed to disk point by point
+    (two fsyncs per point would cost a sweep of small points more than its simulation): a
+    power loss may leave a renamed file empty or cut, which `get` finds unreadable and the
+    point is simulated again. The results themselves are flushed (core.files.atomic_write)."""
 
     def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder)
 
     def get(self, key: str) -> PointResult | None:
-        """The point kept under `key`, or None (never kept, or unreadable: a file damaged
-        outside gansim is simulated again rather than trusted)."""
+        """The point kept under `key`, or None (never kept, or unreadable: a file cut by a
+        crash or damaged outside gansim is simulated again rather than trusted)."""
         path = self.folder / f"{key}{_SUFFIX}"
         try:
             kept = json.loads(path.read_text(encoding="utf-8"))
             record, details = kept["record"], kept["details"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if not (isinstance(record, dict) and isinstance(details, dict)):
+        if kept.get("key") != key or not (isinstance(record, dict) and isinstance(details, dict)):
             return None
         return record, details
 
     def put(self, key: str, result: PointResult) -> None:
         record, details = result
-        text = json.dumps({"gansim_version": __version__, "record": record, "details": details})
+        text = json.dumps({"key": key, "gansim_version": __version__, "record": record, "details": details})
         try:
-            atomic_write(self.folder / f"{key}{_SUFFIX}", text)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.folder)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                os.replace(tmp, self.folder / f"{key}{_SUFFIX}")
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
         except OSError as exc:
             raise OutputError(f"cannot keep a finished point in {self.folder}: {exc.strerror or exc}; the points "
                               "kept so far stay there and the same command resumes from them") from None
