@@ -1,5 +1,6 @@
 """`gansim simulate SCENARIO`: a scenario with its what-ifs, on a local process pool or a
-Dask cluster, with progress on stderr; every output written into --out."""
+Dask cluster, with progress on stderr; every output written into --out (gansim.api.simulate
+does the work; this module parses the flags and prints)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from gansim import api
 from gansim.cli.args import EXIT_OK, positive_int
 from gansim.core import limits
-from gansim.core.files import check_output_dir, folder_name, replaced_dir
-from gansim.core.version import __version__
-from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS, SIMULATE_PARTIAL
-from gansim.outputs.results import table, to_json, write_run_outputs
-from gansim.outputs.trace import run_details
-from gansim.runner.executors import make_executor
-from gansim.runner.partial import PointStore
-from gansim.runner.scenario import LoadedScenario, planned_baselines
-from gansim.runner.sweep import TRACE_POLICIES, ScenarioResult
-from gansim.whatif.study import count_runs, load_scenario, run_scenario
+from gansim.core.files import check_output_dir, folder_name
+from gansim.outputs.names import KNOWN_OUTPUTS
+from gansim.outputs.results import table, to_json
+from gansim.runner.sweep import TRACE_POLICIES
+from gansim.whatif.study import count_runs, load_scenario
 
 
 def register(sub: Any) -> None:
@@ -48,28 +45,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path("gansim-out") / folder_name(loaded.scenario.name)
     check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     human = sys.stderr if args.json else sys.stdout
-    store = PointStore(out_dir / SIMULATE_PARTIAL)
-    if args.fresh:
-        store.clear()
-    result = run_on_executor(loaded, args.executor, args.workers, args.traces, store=store)
-    summary = result.summary
-    runs = result.simulated  # what was simulated, 1-GPU baselines included
-    with replaced_dir(out_dir, SIMULATE_OUTPUTS + (SIMULATE_PARTIAL,)) as stage:
-        written = [out_dir / path.relative_to(stage) for path in
-                   write_run_outputs(stage, summary, result.details, result.featured, result.topologies,
-                                     description=loaded.scenario.description)]
+    progress, close_progress = make_progress(count_runs(loaded))
+    try:
+        result = api.simulate(loaded, out=out_dir, executor=args.executor, workers=args.workers, traces=args.traces,
+                              fresh=args.fresh, progress=progress, log=_say)
+    finally:
+        close_progress()
+    summary = result.to_dict()
     print(table(summary), file=human)
-    traced = sum(1 for d in result.details if "trace" in d)
-    print(f"simulated {runs} runs in {result.wall_s:.2f} s wall ({runs / max(result.wall_s, 1e-9):.1f} runs/s), "
-          f"{result.cpu_s:.2f} s CPU in the workers; traces for {traced} of {len(summary['runs'])} runs"
+    traced = result.traced
+    print(f"simulated {result.simulated} runs in {result.wall_s:.2f} s wall "
+          f"({result.simulated / max(result.wall_s, 1e-9):.1f} runs/s), {result.cpu_s:.2f} s CPU in the workers; "
+          f"traces for {traced} of {len(summary['runs'])} runs"
           + ("" if traced == len(summary["runs"]) else " (--traces all for every run)")
           + (f"; {result.resumed} runs resumed from an interrupted earlier run" if result.resumed else ""),
           file=sys.stderr)
-    for path in written:
+    for path in result.written:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
         sys.stdout.write(to_json(summary))
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _progress(done: int, total: int) -> None:
@@ -103,25 +102,3 @@ def make_progress(total: int) -> tuple[Callable[[int, int], None] | None, Callab
         bar.update(done - bar.n)
 
     return update, bar.close
-
-
-def run_on_executor(loaded: LoadedScenario, executor_spec: str, workers: int | None,
-                    traces: str | None, store: PointStore | None = None) -> ScenarioResult:
-    """Run a scenario's points on the executor asked for, with progress on stderr; with
-    `store`, each point is kept there as it finishes and the points kept there already are
-    not simulated again."""
-    runs = count_runs(loaded)
-    kept = len(store) if store is not None else 0
-    executor, close = make_executor(executor_spec, workers, runs, planned_baselines(loaded.scenario))
-    where = "serially" if executor is None else (f"on {executor_spec}" if executor_spec != "local"
-                                                 else "on a local process pool")
-    print(f"gansim {__version__}: simulating {loaded.scenario.name} ({runs} runs, {where})", file=sys.stderr)
-    if kept:
-        print(f"resuming: {store.folder} holds {kept} finished runs of an interrupted earlier run (those of this "
-              "scenario as it is now are not simulated again; --fresh to start over)", file=sys.stderr)
-    progress, close_progress = make_progress(runs)
-    try:
-        return run_scenario(loaded, executor, progress, traces=traces, details=run_details, store=store)
-    finally:
-        close_progress()
-        close()

@@ -6,7 +6,9 @@ scenario); this layer imports none of them."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -14,7 +16,7 @@ from typing import Any, Callable
 from gansim.runner.executors import make_executor
 from gansim.runner.partial import PointStore
 from gansim.runner.point import ExtendRecord, PointHooks, TimelineDetails
-from gansim.runner.scenario import LoadedScenario, planned_baselines, planned_runs, read_scenario
+from gansim.runner.scenario import LoadedScenario, planned_baselines, planned_runs, read_scenario, scenario_from_data
 from gansim.runner.sweep import ScenarioResult, simulate_runs
 
 Progress = Callable[[int, int], None]
@@ -33,10 +35,19 @@ class ScenarioHooks:
     summary: Callable[[LoadedScenario], dict[str, Any]] | None = None
 
 
-def load_scenario(name_or_path: str, hooks: ScenarioHooks = ScenarioHooks()) -> LoadedScenario:
-    """A shipped scenario name or a YAML path, validated, with every name it refers to
-    checked (by this layer and by `hooks.check`)."""
-    loaded = read_scenario(name_or_path, prepare=hooks.prepare)
+# what a scenario given as a mapping is called in errors and in summary.json's `source`
+MAPPING_SOURCE = "<dict>"
+
+
+def load_scenario(scenario: str | os.PathLike[str] | Mapping[str, Any],
+                  hooks: ScenarioHooks = ScenarioHooks()) -> LoadedScenario:
+    """A shipped scenario name, a YAML path or the mapping such a file holds (its relative
+    paths taken from the current folder), validated, with every name it refers to checked
+    (by this layer and by `hooks.check`)."""
+    if isinstance(scenario, Mapping):
+        loaded = scenario_from_data(dict(scenario), MAPPING_SOURCE, os.getcwd(), hooks.prepare)
+    else:
+        loaded = read_scenario(os.fspath(scenario), prepare=hooks.prepare)
     if hooks.check is not None:
         hooks.check(loaded)
     return loaded

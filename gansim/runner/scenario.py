@@ -65,8 +65,16 @@ def read_scenario(name_or_path: str,
     the simulation needs (algorithms, topologies, workloads) checked; `prepare` (from the
     layers above: a calibration profile's figures) changes it before the check."""
     path = resolve_file(name_or_path, "scenarios")
-    scenario: Scenario = parse(Scenario, read_yaml(path), str(path))
-    loaded = LoadedScenario(scenario, str(path), str(path.resolve().parent))
+    return scenario_from_data(read_yaml(path), str(path), str(path.resolve().parent), prepare)
+
+
+def scenario_from_data(data: Any, source: str, base_dir: str,
+                       prepare: Callable[[LoadedScenario], LoadedScenario] | None = None) -> LoadedScenario:
+    """A scenario given as the mapping its YAML file holds, validated as read_scenario
+    validates a file; `source` names it in errors, and relative paths inside it are taken
+    from `base_dir`."""
+    scenario: Scenario = parse(Scenario, data, source)
+    loaded = LoadedScenario(scenario, source, base_dir)
     if prepare is not None:
         loaded = prepare(loaded)
     validate_references(loaded)
