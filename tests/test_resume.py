@@ -162,3 +162,33 @@ def test_a_dask_worker_killed_mid_sweep_loses_and_repeats_no_point(sweep_file, t
     keys = [(r["gpus"], r["algorithm"], tuple(r["sweep"].items())) for r in result.summary["runs"]]
     assert len(keys) == len(set(keys)) == len(expected["runs"])
     assert len(store) == result.simulated == len(run_requests(loaded))
+
+
+def test_a_full_disk_keeps_the_points_kept_so_far_and_the_same_command_resumes(sweep_file, tmp_path, capsys,
+                                                                               monkeypatch):
+    import errno
+    import tempfile
+
+    import gansim.runner.partial as partial
+
+    n = len(run_requests(load_scenario(str(sweep_file))))
+    k = 3
+    real = tempfile.mkstemp
+    calls = {"n": 0}
+
+    def full_after_k(*args, **kwargs):
+        if kwargs.get("dir") is not None and SIMULATE_PARTIAL in str(kwargs["dir"]):
+            calls["n"] += 1
+            if calls["n"] > k:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(partial.tempfile, "mkstemp", full_after_k)
+    out = tmp_path / "out"
+    assert main(["simulate", str(sweep_file), "--out", str(out), "--workers", "1"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("gansim: error: cannot keep a finished point") and "No space left" in lines[-1]
+    monkeypatch.undo()
+    assert len(PointStore(out / SIMULATE_PARTIAL)) == k
+    assert main(["simulate", str(sweep_file), "--out", str(out), "--workers", "1"]) == 0
+    assert simulated_count(capsys.readouterr().err) == n - k
