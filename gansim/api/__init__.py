@@ -160,7 +160,7 @@ def simulate(scenario: "str | os.PathLike[str] | Mapping[str, Any] | LoadedScena
             concurrent.futures executor.
         workers: Processes of the local pool (default: one per core).
         traces: Which runs get a Chrome trace in `out`: `auto`, `all`, `featured`,
-            `none` (default `auto` with `out`; without `out` no details are made).
+            `none` (default `auto`). Without `out`, no details are made.
         fresh: Forget the points an interrupted earlier call kept in `out`.
         progress: Called as `progress(done, total)` as points finish (`total`: those
             this call simulates).
@@ -185,6 +185,8 @@ def simulate(scenario: "str | os.PathLike[str] | Mapping[str, Any] | LoadedScena
     if out_dir is not None:
         check_output_dir(out_dir, known=KNOWN_OUTPUTS)
         traces = "auto" if traces is None else traces
+    else:
+        traces = None  # the details (links, Gantt, traces) only go into out's files
     store = PointStore(out_dir / SIMULATE_PARTIAL) if out_dir is not None else None
     if fresh and store is not None:
         store.clear()
