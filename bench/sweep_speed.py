@@ -12,7 +12,8 @@ stays meaningful when other work shares the machine.
 and times that too. --resume-at F (0 < F < 1) also measures a resumed sweep: the sweep is
 stopped once F of its points are finished (each kept in a partial state as it finishes, as
 `gansim simulate` keeps them in its --out; a SIGKILL at that moment leaves the same), then
-run again; it prints what the second run costs as a share of a whole run's wall time."""
+run again; it prints what the second run costs as a share of a whole run's wall time and
+of its CPU seconds in the workers."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def main() -> int:
         result = run_on_executor(loaded)
         wall = time.perf_counter() - t0
         if args.resume_at is not None:
-            resumed = resume_figures(loaded, run_on_executor, points, args.resume_at, wall, Path(tmp))
+            resumed = resume_figures(loaded, run_on_executor, points, args.resume_at, wall, result.cpu_s, Path(tmp))
         written = ""
         if args.out:
             t1 = time.perf_counter()
@@ -114,7 +115,8 @@ class _Stopped(Exception):
     """Raised by the progress report once the share of points asked for is finished."""
 
 
-def resume_figures(loaded, run_on_executor, points: int, share: float, whole_wall: float, tmp: Path) -> str:
+def resume_figures(loaded, run_on_executor, points: int, share: float, whole_wall: float, whole_cpu: float,
+                   tmp: Path) -> str:
     """Stop the sweep once `share` of its points are kept (by its progress report: each
     point is kept before it is reported), run it again, and say what the second run cost."""
     from gansim.runner.partial import PointStore
@@ -141,7 +143,9 @@ def resume_figures(loaded, run_on_executor, points: int, share: float, whole_wal
             f"({whole_kept_wall / whole_wall:.0%} of one keeping none); stopped after {kept} of {points} points "
             f"({kept / points:.0%}) and run again, it simulated {resumed.simulated} and took {resumed.resumed} from "
             f"the partial state in {wall:.2f} s wall: {wall / whole_kept_wall:.0%} of the whole run keeping points, "
-            f"{wall / whole_wall:.0%} of the one keeping none")
+            f"{wall / whole_wall:.0%} of the one keeping none; CPU in workers {resumed.cpu_s:.2f} s, "
+            f"{resumed.cpu_s / max(whole_cpu, 1e-9):.0%} of the whole run's {whole_cpu:.2f} s (CPU seconds stay "
+            f"meaningful when other work shares the machine)")
 
 
 if __name__ == "__main__":
