@@ -9,7 +9,11 @@ stays meaningful when other work shares the machine.
                                 [--traces featured|none|all] [--out DIR]
 
 --out also writes what `gansim simulate` writes (summary, report.html, details, traces)
-and times that too."""
+and times that too. --resume-at F (0 < F < 1) also measures a resumed sweep: the sweep is
+stopped once F of its points are finished (each kept in a partial state as it finishes, as
+`gansim simulate` keeps them in its --out; a SIGKILL at that moment leaves the same), then
+run again; it prints what the second run costs as a share of a whole run's wall time and
+of its CPU seconds in the workers."""
 
 from __future__ import annotations
 
@@ -58,19 +62,29 @@ def main() -> int:
     parser.add_argument("--executor", default="local", help="local or dask://HOST:PORT")
     parser.add_argument("--traces", default="featured", choices=("auto", "all", "featured", "none"))
     parser.add_argument("--out", help="also write the outputs gansim simulate writes, here")
+    parser.add_argument("--resume-at", type=float, metavar="F",
+                        help="also stop a sweep after this share of its points and time the run that resumes it")
     args = parser.parse_args()
+    if args.resume_at is not None and not 0 < args.resume_at < 1:
+        parser.error("--resume-at: a share between 0 and 1 (exclusive)")
 
-    from gansim.cli.simulate import run_on_executor
     from gansim.outputs.results import write_run_outputs
+    from gansim.outputs.trace import run_details
     from gansim.runner.sweep import run_requests
-    from gansim.whatif.study import load_scenario
+    from gansim.whatif.study import load_scenario, run_scenario
+
+    def run_on_executor(loaded, progress=None, store=None):
+        return run_scenario(loaded, args.executor, progress, workers=args.workers, traces=args.traces,
+                            details=run_details, store=store)
 
     with tempfile.TemporaryDirectory() as tmp:
         loaded = load_scenario(str(write_inputs(Path(tmp), args.bytes)))
         points = len(run_requests(loaded))
         t0 = time.perf_counter()
-        result = run_on_executor(loaded, args.executor, args.workers, args.traces)
+        result = run_on_executor(loaded)
         wall = time.perf_counter() - t0
+        if args.resume_at is not None:
+            resumed = resume_figures(loaded, run_on_executor, points, args.resume_at, wall, result.cpu_s, Path(tmp))
         written = ""
         if args.out:
             t1 = time.perf_counter()
@@ -86,6 +100,8 @@ def main() -> int:
           f"{workers} workers, traces {args.traces}")
     print(f"wall {wall:.2f} s (pool start-up included{written}), {points / wall:.1f} points/s; "
           f"CPU in workers {result.cpu_s:.2f} s, {points / max(result.cpu_s, 1e-9):.1f} points per CPU-second")
+    if args.resume_at is not None:
+        print(resumed)
     for name, cpu in sorted(per_topology.items()):
         print(f"  {name}: {cpu:.2f} CPU s")
     slowest = sorted(zip((d.get("cpu_s", 0.0) for d in result.details), result.summary["runs"]),
@@ -93,6 +109,43 @@ def main() -> int:
     print("  slowest points: " + "; ".join(f"{r['gpus']} x {r['algorithm']} on {r['topology']} {c * 1e3:.0f} ms"
                                           for c, r in slowest))
     return 0
+
+
+class _Stopped(Exception):
+    """Raised by the progress report once the share of points asked for is finished."""
+
+
+def resume_figures(loaded, run_on_executor, points: int, share: float, whole_wall: float, whole_cpu: float,
+                   tmp: Path) -> str:
+    """Stop the sweep once `share` of its points are kept (by its progress report: each
+    point is kept before it is reported), run it again, and say what the second run cost."""
+    from gansim.runner.partial import PointStore
+
+    t0 = time.perf_counter()
+    run_on_executor(loaded, store=PointStore(tmp / "whole"))
+    whole_kept_wall = time.perf_counter() - t0
+    store = PointStore(tmp / "partial")
+    stop_at = max(1, int(points * share))
+
+    def stop(done: int, total: int) -> None:
+        if done >= stop_at:
+            raise _Stopped
+
+    try:
+        run_on_executor(loaded, progress=stop, store=store)
+    except _Stopped:
+        pass
+    kept = len(store)
+    t0 = time.perf_counter()
+    resumed = run_on_executor(loaded, store=store)
+    wall = time.perf_counter() - t0
+    return (f"resume: a whole run keeping every point as it finishes took {whole_kept_wall:.2f} s wall "
+            f"({whole_kept_wall / whole_wall:.0%} of one keeping none); stopped after {kept} of {points} points "
+            f"({kept / points:.0%}) and run again, it simulated {resumed.simulated} and took {resumed.resumed} from "
+            f"the partial state in {wall:.2f} s wall: {wall / whole_kept_wall:.0%} of the whole run keeping points, "
+            f"{wall / whole_wall:.0%} of the one keeping none; CPU in workers {resumed.cpu_s:.2f} s, "
+            f"{resumed.cpu_s / max(whole_cpu, 1e-9):.0%} of the whole run's {whole_cpu:.2f} s (CPU seconds stay "
+            f"meaningful when other work shares the machine)")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
 """gansim: a discrete-event simulator of synchronous data-parallel GAN training on GPU
 clusters, calibrated against short real torch.distributed runs.
 
-The Python API::
+The Python API (gansim.api; each function does what its command does and returns a typed
+result whose `to_dict()` is the command's JSON)::
 
     import gansim
 
-    loaded = gansim.load_scenario("paper-table3")     # a shipped name or a YAML path
-    summary = gansim.simulate(loaded)                  # summary.json's object
-    topo = gansim.load_topology("dgx-a100")
-    profile = gansim.load_profile("profile.json")      # written by `gansim calibrate`
-    for p in gansim.predict(profile, [1, 2, 4], topo): print(p.world_size, p.step_time_s)
+    result = gansim.simulate("paper-table3")           # a shipped name, a YAML path or a dict
+    for run in result.runs: print(run.gpus, run.algorithm, run.speedup)
+    summary = result.to_dict()                         # summary.json's object
+    predicted = gansim.predict("profile.json", [1, 2, 4], topology="dgx-a100")
+    table = gansim.nccl_tests("dgx-a100", 8, maxbytes="1G")
+    report = gansim.validate(published=True)
+
+Bad input raises gansim.UserInputError with the command's one-line message.
 
 Subpackages follow the data flow, each importing only those below it: core (config,
 files, errors) -> topology -> network -> collectives -> training -> runner | calibration
--> whatif | prediction -> outputs -> cli. docs/architecture.md has the picture."""
+-> whatif | prediction -> outputs -> api -> cli. docs/architecture.md has the picture."""
 
 from __future__ import annotations
 
@@ -27,16 +31,23 @@ from gansim.core.version import __version__
 # the layers its subcommand uses.
 _API = {
     "LoadedScenario": ("gansim.runner.scenario", "LoadedScenario"),
+    "NcclTestsResult": ("gansim.api", "NcclTestsResult"),
     "Prediction": ("gansim.prediction.calibrated", "Prediction"),
+    "PredictionResult": ("gansim.api", "PredictionResult"),
     "Profile": ("gansim.calibration.profile", "Profile"),
+    "Run": ("gansim.api", "Run"),
+    "SimulationResult": ("gansim.api", "SimulationResult"),
     "Topology": ("gansim.topology.graph", "Topology"),
     "UserInputError": ("gansim.core.errors", "UserInputError"),
+    "ValidationResult": ("gansim.api", "ValidationResult"),
     "load_profile": ("gansim.calibration.profile", "load_profile"),
     "load_scenario": ("gansim.whatif.study", "load_scenario"),
     "load_topology": ("gansim.topology.graph", "load_topology"),
-    "predict": ("gansim.prediction.calibrated", "predict"),
+    "nccl_tests": ("gansim.api", "nccl_tests"),
+    "predict": ("gansim.api", "predict"),
     "run_scenario": ("gansim.whatif.study", "run_scenario"),
-    "simulate": ("gansim.whatif.study", "simulate_scenario"),
+    "simulate": ("gansim.api", "simulate"),
+    "validate": ("gansim.api", "validate"),
 }
 __all__ = ["__version__", *_API]
 

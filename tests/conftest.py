@@ -17,3 +17,11 @@ def write_yaml(tmp_path: Path):
         return path
 
     return write
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The random order's seed, also under -q (which hides pytest-randomly's header line), so
+    that an order-dependent failure can be replayed with --randomly-seed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(f"tests ran in random order: replay it with --randomly-seed={seed}")

@@ -42,7 +42,7 @@ def test_the_docs_build_strictly(tmp_path):
     done = build_site(ROOT, tmp_path / "site")
     assert done.returncode == 0, done.stderr
     api = (tmp_path / "site" / "api" / "index.html").read_text()
-    assert 'id="gansim.whatif.study.load_scenario"' in api  # mkdocstrings rendered the docstrings
+    assert 'id="gansim.api.simulate"' in api and 'id="gansim.api.SimulationResult"' in api  # docstrings rendered
     assert (tmp_path / "site" / "formats" / "index.html").is_file()
 
 

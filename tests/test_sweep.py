@@ -11,7 +11,7 @@ import json
 import pytest
 
 from gansim.cli.main import main
-from gansim.cli.simulate import make_executor
+from gansim.runner.executors import make_executor
 from gansim.outputs.trace import run_details
 from gansim.runner.sweep import run_requests
 from gansim.whatif.study import load_scenario, run_scenario, simulate_scenario

@@ -9,8 +9,6 @@ import sys
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, number, positive_int
-from gansim.core.config import TrainingOptions
-from gansim.core.errors import UserInputError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -37,38 +35,21 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_nccl_tests)
 
 
-# The prediction layer is imported by the command that uses it: `gansim simulate` should not
-# pay for loading it.
+# gansim.api (and through it the prediction layer) is imported by the command that uses
+# it: `gansim simulate` should not pay for loading it.
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
-    from gansim.collectives.schedules import ALGORITHMS
-    from gansim.core.config import parse_size
-    from gansim.prediction.nccl_tests_table import format_table, nccl_tests_table, row_json, sweep_sizes
-    from gansim.topology.graph import load_topology
+    from gansim import api
+    from gansim.prediction.nccl_tests_table import format_table
 
-    topology = load_topology(args.topology, field="topology")
-    ALGORITHMS.get(args.algorithm, field="--algorithm")
-    if args.ngpus > len(topology.ranks):
-        raise UserInputError(f"{args.ngpus} GPUs asked but topology {topology.name!r} has {len(topology.ranks)}",
-                             field="-g")
-    if args.algorithm != "nccl" and args.op not in ("all_reduce", "broadcast"):
-        raise UserInputError(f"--op {args.op} is modelled for the nccl algorithm only", field="--op")
-    if args.explain and args.algorithm != "nccl":
-        raise UserInputError(f"explains NCCL's choice, so it needs --algorithm nccl (the default), "
-                             f"not {args.algorithm!r}", field="--explain")
-    sizes = sweep_sizes(parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e"),
-                        number(args.stepfactor, "-f"))
-    from gansim.collectives.nccl_versions import era_for
-
-    era = era_for(args.nccl_version, field="--nccl-version") if args.nccl_version else era_for(topology.nccl_version)
-    options = TrainingOptions(nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=args.nccl_version)
-    rows = nccl_tests_table(topology, args.ngpus, args.op, sizes, args.algorithm, options, source=args.topology,
+    result = api.nccl_tests(args.topology, args.ngpus, op=args.op, minbytes=args.minbytes, maxbytes=args.maxbytes,
+                            stepfactor=number(args.stepfactor, "-f"), algorithm=args.algorithm,
+                            nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=args.nccl_version,
                             explain=args.explain)
     human = sys.stderr if args.json else sys.stdout
-    header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {topology.name}, algorithm {args.algorithm}"
-              + (f" (NCCL {era.name} tuning model ({era.tag}))" if args.algorithm == "nccl" else "")
+    header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {result.topology}, algorithm {args.algorithm}"
+              + (f" (NCCL {result.nccl_version} tuning model ({result.nccl_tuning}))" if result.nccl_version else "")
               + ", flow model")
-    print(format_table(rows, args.op, header), file=human)
+    print(format_table(list(result.rows), args.op, header), file=human)
     if args.json:
-        sys.stdout.write(json.dumps({"topology": topology.name, "gpus": args.ngpus, "op": args.op,
-                                     "algorithm": args.algorithm, "rows": [row_json(r, args.explain) for r in rows]}, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     return EXIT_OK

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, positive_float, positive_int_list
-from gansim.core.files import check_output_dir, replaced_dir
-from gansim.outputs.names import KNOWN_OUTPUTS, VALIDATION_OUTPUTS
 
 
 def register(sub: Any) -> None:
@@ -47,29 +45,20 @@ def register(sub: Any) -> None:
     val.set_defaults(func=cmd_validate)
 
 
-# The profile's models and the prediction layer are imported by the commands that use
-# them: building the profile's pydantic models costs a fifth of a second that `gansim
-# simulate` should not pay.
+# gansim.api (and through it the profile's models and the prediction layer) is imported
+# by the commands that use it: building the profile's pydantic models costs a fifth of a
+# second that `gansim simulate` should not pay.
 def cmd_predict(args: argparse.Namespace) -> int:
-    from gansim.calibration.profile import load_profile
-    from gansim.prediction.calibrated import predict
-    from gansim.topology.graph import load_topology
+    from gansim import api
 
-    world_sizes = positive_int_list(args.world_sizes, "--world-sizes")
-    profile = load_profile(args.profile)
-    topology = load_topology(args.topology, field="--topology") if args.topology else None
-    predictions = predict(profile, world_sizes, topology, measured_tflops=args.measured_tflops,
-                          measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps,
-                          per_gpu_batch=args.per_gpu_batch, global_batch=args.global_batch, with_bands=True)
-    result = {"profile": args.profile, "predictions": [
-        {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
-         "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
-         "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"],
-         **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
-        for p in predictions]}
+    result = api.predict(args.profile, positive_int_list(args.world_sizes, "--world-sizes"), topology=args.topology,
+                         measured_tflops=args.measured_tflops,
+                         measured_memory_bandwidth_GBps=args.measured_memory_bandwidth_GBps,
+                         per_gpu_batch=args.per_gpu_batch, global_batch=args.global_batch)
+    predictions, provenance = result.predictions, result.provenance
     human = sys.stderr if args.json else sys.stdout
-    print(f"prediction from {args.profile} ({profile.provenance.model}, batch {profile.provenance.batch_size} "
-          f"per rank, {profile.provenance.mode}, {profile.provenance.device})", file=human)
+    print(f"prediction from {args.profile} ({provenance.model}, batch {provenance.batch_size} "
+          f"per rank, {provenance.mode}, {provenance.device})", file=human)
     scaled = predictions[0].compute_scaled_from if predictions else None
     if scaled:
         bounds = ", ".join(f"{name} {v['bound']}-bound x{v['ratio']:.3g}" for name, v in scaled["phases"].items())
@@ -92,52 +81,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"band: run-to-run spread {spread} of the step, plus the communication model's median |error| {error} "
               f"(validate --published, {band.size_band} band) of the communication", file=human)
     if args.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    if args.published is not None:
-        return cmd_validate_published(args)
-    from gansim.calibration.profile import load_profile
-    from gansim.outputs.validation_files import write_validation
-    from gansim.prediction.profile_validation import validate
+    from gansim import api
 
-    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate"
-    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
-    profile = load_profile(args.profile)
-    report = validate(profile)
-    with replaced_dir(out_dir, VALIDATION_OUTPUTS) as stage:
-        written = [out_dir / path.relative_to(stage) for path in write_validation(stage, report, source=args.profile)]
+    published = args.published is not None
+    default = "validate-published" if published else "validate"
+    out_dir = Path(args.out) if args.out else Path("gansim-out") / default
+    result = api.validate(None if published else args.profile, published=(args.published or True) if published else False,
+                          out=out_dir)
     human = sys.stderr if args.json else sys.stdout
-    print(report.table(), file=human)
-    for path in written:
+    if published:
+        print("published nccl-tests measurements predicted from each system's topology alone (nccl algorithm, flow "
+              "model); error = (predicted - measured) / measured busbw; messages from 1 MiB", file=human)
+    print(result.table, file=human)
+    for path in result.written:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
-    return EXIT_OK
-
-
-def cmd_validate_published(args: argparse.Namespace) -> int:
-    from gansim.outputs.validation_files import write_published_validation
-    from gansim.prediction.published import as_dict, compare, error_table, load_published, predicted_curves
-
-    out_dir = Path(args.out) if args.out else Path("gansim-out") / "validate-published"
-    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
-    files = load_published(args.published or None)
-    rows = [row for f in files for row in compare(f)]
-    curves = {f.spec.name: predicted_curves(f) for f in files}
-    record = as_dict(files, rows)
-    table = error_table(files, rows)
-    with replaced_dir(out_dir, VALIDATION_OUTPUTS) as stage:
-        written = [out_dir / path.relative_to(stage)
-                   for path in write_published_validation(stage, record, curves, table)]
-    human = sys.stderr if args.json else sys.stdout
-    print("published nccl-tests measurements predicted from each system's topology alone (nccl algorithm, flow "
-          "model); error = (predicted - measured) / measured busbw; messages from 1 MiB", file=human)
-    print(table, file=human)
-    for path in written:
-        print(f"wrote {path}", file=sys.stderr)
-    if args.json:
-        sys.stdout.write(json.dumps(record, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     return EXIT_OK

@@ -1,28 +1,23 @@
 """`gansim simulate SCENARIO`: a scenario with its what-ifs, on a local process pool or a
-Dask cluster, with progress on stderr; every output written into --out."""
+Dask cluster, with progress on stderr; every output written into --out (gansim.api.simulate
+does the work; this module parses the flags and prints)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+from gansim import api
 from gansim.cli.args import EXIT_OK, positive_int
 from gansim.core import limits
-from gansim.core.config import ProfiledWorkloadSpec
-from gansim.core.errors import UserInputError
-from gansim.core.files import check_output_dir, folder_name, replaced_dir
-from gansim.core.version import __version__
-from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS
-from gansim.outputs.results import table, to_json, write_run_outputs
-from gansim.outputs.trace import run_details
-from gansim.runner.scenario import LoadedScenario, planned_baselines
-from gansim.runner.sweep import TRACE_POLICIES, ScenarioResult
-from gansim.whatif.study import count_runs, load_scenario, run_scenario
+from gansim.core.files import check_output_dir, folder_name
+from gansim.outputs.names import KNOWN_OUTPUTS
+from gansim.outputs.results import table, to_json
+from gansim.runner.sweep import TRACE_POLICIES
+from gansim.whatif.study import count_runs, load_scenario
 
 
 def register(sub: Any) -> None:
@@ -37,6 +32,9 @@ def register(sub: Any) -> None:
     sim.add_argument("--traces", default="auto", choices=TRACE_POLICIES,
                      help="which runs get a Chrome trace in traces/ (default auto: every run up to 100 runs, "
                           "else per algorithm its largest GPU count in the first sweep combinations)")
+    sim.add_argument("--fresh", action="store_true",
+                     help="simulate every run again, forgetting the runs an interrupted earlier run of this "
+                          "command kept in --out (by default the same command resumes from them)")
     sim.set_defaults(func=cmd_simulate)
 
 
@@ -47,32 +45,35 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path("gansim-out") / folder_name(loaded.scenario.name)
     check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     human = sys.stderr if args.json else sys.stdout
-    result = run_on_executor(loaded, args.executor, args.workers, args.traces)
-    summary = result.summary
-    if isinstance(loaded.scenario.workload, ProfiledWorkloadSpec):  # a profile's: its runs get bands
-        from gansim.prediction.profile_on_topology import add_bands
-
-        add_bands(loaded, summary)
-    runs = count_runs(loaded)  # what was simulated, 1-GPU baselines included
-    with replaced_dir(out_dir, SIMULATE_OUTPUTS) as stage:
-        written = [out_dir / path.relative_to(stage) for path in
-                   write_run_outputs(stage, summary, result.details, result.featured, result.topologies,
-                                     description=loaded.scenario.description)]
+    progress, close_progress = make_progress(count_runs(loaded))
+    try:
+        result = api.simulate(loaded, out=out_dir, executor=args.executor, workers=args.workers, traces=args.traces,
+                              fresh=args.fresh, progress=progress, log=_say)
+    finally:
+        close_progress()
+    summary = result.to_dict()
     print(table(summary), file=human)
     banded = [r for r in summary["runs"] if r.get("band")]
     if banded:
         print("step-time bands (run-to-run spread and communication model error; ms): " + ", ".join(
             f"{r['gpus']} x {r['algorithm']} {r['band']['low_s'] * 1e3:.3f}-{r['band']['high_s'] * 1e3:.3f}"
             for r in banded), file=human)
-    traced = sum(1 for d in result.details if "trace" in d)
-    print(f"simulated {runs} runs in {result.wall_s:.2f} s wall ({runs / max(result.wall_s, 1e-9):.1f} runs/s), "
-          f"{result.cpu_s:.2f} s CPU in the workers; traces for {traced} of {len(summary['runs'])} runs"
-          + ("" if traced == len(summary["runs"]) else " (--traces all for every run)"), file=sys.stderr)
-    for path in written:
+    traced = result.traced
+    print(f"simulated {result.simulated} runs in {result.wall_s:.2f} s wall "
+          f"({result.simulated / max(result.wall_s, 1e-9):.1f} runs/s), {result.cpu_s:.2f} s CPU in the workers; "
+          f"traces for {traced} of {len(summary['runs'])} runs"
+          + ("" if traced == len(summary["runs"]) else " (--traces all for every run)")
+          + (f"; {result.resumed} runs resumed from an interrupted earlier run" if result.resumed else ""),
+          file=sys.stderr)
+    for path in result.written:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
         sys.stdout.write(to_json(summary))
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _progress(done: int, total: int) -> None:
@@ -100,113 +101,9 @@ def make_progress(total: int) -> tuple[Callable[[int, int], None] | None, Callab
     bar = tqdm(total=total, unit="run", file=sys.stderr, ncols=min(max(columns, 40), 120), smoothing=0.1,
                leave=True)
 
-    def update(done: int, _total: int) -> None:
+    def update(done: int, total_now: int) -> None:
+        if bar.total != total_now:  # fewer: the runs an interrupted earlier run kept are not simulated again
+            bar.total = total_now
         bar.update(done - bar.n)
 
     return update, bar.close
-
-
-def make_executor(spec: str, workers: int | None, runs: int, baselines: int = 0) -> tuple[Executor | None,
-                                                                                       Callable[[], None]]:
-    """`local` (a process pool; serial when one worker or one run suffices; never more
-    processes than runs, not counting `baselines` of them, 1-GPU runs so cheap that they
-    never need a process of their own) or `dask://HOST:PORT` (a Dask cluster through
-    distributed.Client.get_executor(), after checking within seconds that a Dask scheduler
-    answers there)."""
-    if spec == "local":
-        if workers is not None:
-            limits.WORKERS.check(workers, field="--workers")
-        count = min(workers if workers is not None else (os.cpu_count() or 1), runs - baselines)
-        if count <= 1:
-            return None, lambda: None
-        pool = ProcessPoolExecutor(max_workers=count)
-        return pool, lambda: pool.shutdown(cancel_futures=True)
-    if spec.startswith("dask://"):
-        host, port = dask_address(spec)
-        try:
-            from distributed import Client
-        except ImportError:
-            raise UserInputError("the dask executor needs: pip install 'gansim[dask]'", field="--executor") from None
-        address = f"tcp://{host}:{port}" if ":" not in host else f"tcp://[{host}]:{port}"
-        check_dask_scheduler(host, port, address)
-        try:
-            client = Client(address, timeout=f"{DASK_TIMEOUT_S}s")
-        except (OSError, TimeoutError) as exc:
-            raise UserInputError(f"cannot reach the Dask scheduler at {host}:{port}: {exc}",
-                                 field="--executor") from None
-        return client.get_executor(), client.close
-    raise UserInputError(f"unknown executor {spec!r}; allowed: local, dask://HOST:PORT", field="--executor")
-
-
-# How long a Dask address may take to answer before it is declared unreachable
-DASK_TIMEOUT_S = 5
-
-
-def dask_address(spec: str) -> tuple[str, int]:
-    """`dask://HOST:PORT` (IPv6: `dask://[::1]:8786`) -> (host, port), or the one-line error."""
-    rest = spec.removeprefix("dask://")
-    host, sep, port_text = rest.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or any(c.isspace() or c in "/?#@[]" for c in host):
-        raise UserInputError(f"expected dask://HOST:PORT, got {spec!r}", field="--executor")
-    if not (port_text.isascii() and port_text.isdigit() and 1 <= int(port_text) <= 65535):
-        raise UserInputError(f"expected a port number 1-65535 in dask://HOST:PORT, got {port_text!r}",
-                             field="--executor")
-    return host, int(port_text)
-
-
-def check_dask_scheduler(host: str, port: int, address: str) -> None:
-    """Fail within seconds when nothing listens at the address (refused at once), the host
-    is unknown, or what listens is not a Dask scheduler: distributed.Client waits out its
-    timeout on a refusal and waits forever for the handshake of a server that is not Dask."""
-    # imported only when a Dask address is given: the optional dask extra, and asyncio (with
-    # ssl, ~40 ms) that no local run needs
-    import asyncio
-
-    from distributed.comm import connect
-
-    where = f"{host}:{port}"
-    try:
-        socket.create_connection((host, port), timeout=DASK_TIMEOUT_S).close()
-    except socket.gaierror:
-        raise UserInputError(f"unknown host {host!r}", field="--executor") from None
-    except ConnectionRefusedError:
-        raise UserInputError(f"nothing listens at {where} (connection refused); start the scheduler "
-                             "(dask scheduler) or check the address", field="--executor") from None
-    except OSError as exc:
-        raise UserInputError(f"cannot reach {where}: {exc.strerror or exc}", field="--executor") from None
-
-    async def identity() -> Any:
-        comm = await connect(address, timeout=DASK_TIMEOUT_S)
-        try:
-            await comm.write({"op": "identity"})
-            return await comm.read()
-        finally:
-            comm.abort()
-
-    async def bounded() -> Any:
-        return await asyncio.wait_for(identity(), DASK_TIMEOUT_S)
-
-    try:
-        reply = asyncio.run(bounded())
-    except Exception as exc:  # noqa: BLE001 -- however the handshake fails, it was not Dask's
-        reply = exc
-    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
-        raise UserInputError(f"what listens at {where} is not a Dask scheduler (it gave no Dask answer within "
-                             f"{DASK_TIMEOUT_S} s)", field="--executor")
-
-
-def run_on_executor(loaded: LoadedScenario, executor_spec: str, workers: int | None,
-                    traces: str | None) -> ScenarioResult:
-    """Run a scenario's points on the executor asked for, with progress on stderr."""
-    runs = count_runs(loaded)
-    executor, close = make_executor(executor_spec, workers, runs, planned_baselines(loaded.scenario))
-    where = "serially" if executor is None else (f"on {executor_spec}" if executor_spec != "local"
-                                                 else "on a local process pool")
-    print(f"gansim {__version__}: simulating {loaded.scenario.name} ({runs} runs, {where})", file=sys.stderr)
-    progress, close_progress = make_progress(runs)
-    try:
-        return run_scenario(loaded, executor, progress, traces=traces, details=run_details)
-    finally:
-        close_progress()
-        close()

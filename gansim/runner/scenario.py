@@ -66,8 +66,16 @@ def read_scenario(name_or_path: str,
     the simulation needs (algorithms, topologies, workloads) checked; `prepare` (from the
     layers above: a calibration profile's figures) changes it before the check."""
     path = resolve_file(name_or_path, "scenarios")
-    scenario: Scenario = parse(Scenario, read_yaml(path), str(path))
-    loaded = LoadedScenario(scenario, str(path), str(path.resolve().parent))
+    return scenario_from_data(read_yaml(path), str(path), str(path.resolve().parent), prepare)
+
+
+def scenario_from_data(data: Any, source: str, base_dir: str,
+                       prepare: Callable[[LoadedScenario], LoadedScenario] | None = None) -> LoadedScenario:
+    """A scenario given as the mapping its YAML file holds, validated as read_scenario
+    validates a file; `source` names it in errors, and relative paths inside it are taken
+    from `base_dir`."""
+    scenario: Scenario = parse(Scenario, data, source)
+    loaded = LoadedScenario(scenario, source, base_dir)
     if prepare is not None:
         loaded = prepare(loaded)
     validate_references(loaded)
@@ -119,9 +127,15 @@ def _relative(value: str, base_dir: str) -> str:
 
 
 @lru_cache(maxsize=32)
-def _load_topology_cached(path_or_name: str, source: str, field: str) -> Topology:
+def _load_topology_cached(path_or_name: str, source: str, field: str, version: tuple[int, int]) -> Topology:
     return load_topology(path_or_name, source=source, field=field)
 
 
 def topology_for(value: str, base_dir: str, source: str, field: str = "topology") -> Topology:
-    return _load_topology_cached(_relative(value, base_dir), source, field)
+    path_or_name = _relative(value, base_dir)
+    try:  # a file edited since it was read (a library user's session) is read again
+        stat = Path(path_or_name).stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except (OSError, ValueError):
+        version = (0, 0)  # a shipped name
+    return _load_topology_cached(path_or_name, source, field, version)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from gansim.core.errors import UserInputError
 from gansim.core.version import __version__
+from gansim.runner.partial import PointResult, PointStore, point_keys
 from gansim.runner.point import PointHooks, RunRequest, run_one_detailed
 from gansim.runner.scenario import LoadedScenario
 from gansim.topology.graph import Topology
@@ -32,9 +33,11 @@ class ScenarioResult:
     summary: dict[str, Any]
     details: list[dict[str, Any]]
     featured: list[int]  # indices into summary["runs"] the report draws a Gantt for
-    cpu_s: float = 0.0  # CPU seconds the workers spent simulating, all runs
+    cpu_s: float = 0.0  # CPU seconds the workers spent simulating, the runs simulated by this call
     wall_s: float = 0.0
     topologies: dict[str, Topology] = field(default_factory=dict)  # by name, as in the files (unscaled)
+    simulated: int = 0  # points this call simulated, 1-GPU baselines included
+    resumed: int = 0  # points taken from the partial state an earlier, interrupted call kept
 
 
 def run_requests(loaded: LoadedScenario, hooks: PointHooks = PointHooks()) -> list[RunRequest]:
@@ -70,14 +73,17 @@ def featured_requests(loaded: LoadedScenario, requests: list[RunRequest]) -> set
 
 def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
                   progress: Callable[[int, int], None] | None = None, *, traces: str | None = "auto",
-                  hooks: PointHooks = PointHooks()) -> ScenarioResult:
+                  hooks: PointHooks = PointHooks(), store: PointStore | None = None) -> ScenarioResult:
     """Simulate every run of the scenario (in parallel through `executor`, any
     concurrent.futures executor) and assemble the summary. `traces` decides which runs
     come back with a Chrome trace (made by `hooks.details`): "all", "featured" (see
     featured_requests), "auto" (all up to AUTO_TRACE_LIMIT runs, else featured), "none";
     every run of the summary comes back with its links' utilisation, the featured ones with
     a Gantt, and the 1-GPU baselines added for the speed-ups with nothing. None: no
-    details at all. Each worker computes only the details its request asks for."""
+    details at all. Each worker computes only the details its request asks for.
+
+    With `store`, every point is kept there as it finishes, and a point already kept (by an
+    earlier call that was interrupted) is taken from it rather than simulated again."""
     if traces is not None and traces not in TRACE_POLICIES:
         raise UserInputError(f"unknown trace policy {traces!r}; allowed: {', '.join(TRACE_POLICIES)}",
                              field="--traces")
@@ -88,7 +94,7 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
         wanted_all = traces == "all" or (traces == "auto" and len(requests) <= AUTO_TRACE_LIMIT)
         requests = [replace(r, detail=_detail(r, i in featured, wanted_all, traces))
                     for i, r in enumerate(requests)]
-    results = _map(executor, requests, progress)
+    results, simulated = _map(executor, requests, progress, store, loaded)
     records = [rec for rec, _ in results]
     baseline: dict[tuple, dict[str, Any]] = {}
     for req, rec in zip(requests, records):
@@ -135,8 +141,10 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
         for overrides in dict.fromkeys(r.overrides for r in requests):
             topo = loaded.topology(loaded.with_overrides(dict(overrides)))
             topologies.setdefault(topo.name, topo)
-    return ScenarioResult(summary, run_details, run_featured, cpu_s=sum(d.get("cpu_s", 0.0) for _, d in results),
-                          wall_s=time.perf_counter() - wall, topologies=topologies)
+    return ScenarioResult(summary, run_details, run_featured,
+                          cpu_s=sum(results[i][1].get("cpu_s", 0.0) for i in simulated),
+                          wall_s=time.perf_counter() - wall, topologies=topologies,
+                          simulated=len(simulated), resumed=len(requests) - len(simulated))
 
 
 def _detail(request: RunRequest, featured: bool, wanted_all: bool, traces: str) -> str:
@@ -147,27 +155,37 @@ def _detail(request: RunRequest, featured: bool, wanted_all: bool, traces: str) 
     return "gantt" if featured else "links"
 
 
-def _map(executor: Executor | None, requests: list[RunRequest],
-         progress: Callable[[int, int], None] | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Every request's (record, details), in request order; progress counts completions
-    in whatever order they come."""
-    total = len(requests)
+def _map(executor: Executor | None, requests: list[RunRequest], progress: Callable[[int, int], None] | None,
+         store: PointStore | None, loaded: LoadedScenario) -> tuple[list[PointResult], list[int]]:
+    """Every request's (record, details), in request order, and the indices of those
+    simulated here (the others came from `store`); progress counts the simulated ones as
+    they complete, in whatever order they come, and each is kept in `store` before it is
+    counted."""
+    results: list[Any] = [None] * len(requests)
+    keys = point_keys(loaded, requests) if store is not None else []
+    if store is not None:
+        for i, key in enumerate(keys):
+            results[i] = store.get(key)
+    missing = [i for i, result in enumerate(results) if result is None]
+    total = len(missing)
+
+    def finished(i: int, result: PointResult, done: int) -> None:
+        results[i] = result
+        if store is not None:
+            store.put(keys[i], result)
+        if progress:
+            progress(done, total)
+
     if executor is None:
-        out = []
-        for i, req in enumerate(requests):
-            out.append(run_one_detailed(req))
-            if progress:
-                progress(i + 1, total)
-        return out
-    futures: dict[Future, int] = {executor.submit(run_one_detailed, req): i for i, req in enumerate(requests)}
-    results: list[Any] = [None] * total
+        for done, i in enumerate(missing, start=1):
+            finished(i, run_one_detailed(requests[i]), done)
+        return results, missing
+    futures: dict[Future, int] = {executor.submit(run_one_detailed, requests[i]): i for i in missing}
     try:
         for done, fut in enumerate(as_completed(futures), start=1):
-            results[futures[fut]] = fut.result()
-            if progress:
-                progress(done, total)
+            finished(futures[fut], fut.result(), done)
     except BaseException:
         for fut in futures:
             fut.cancel()
         raise
-    return results
+    return results, missing
