@@ -468,7 +468,8 @@ class RankTrace:
         return sum(1 for e in self.on_main if _inside(e, lo, hi))
 
     def costs_in(self, lo: float, hi: float) -> tuple[float, float]:
-        ops = [e for e in self.on_main if _inside(e, lo, hi) and e.get("cat") == "cpu_op"]
+        # on GPU the backward's operators run on autograd's own thread
+        ops = [e for e in (self.host if self.cuda else self.on_main) if _inside(e, lo, hi) and e.get("cat") == "cpu_op"]
         flops = sum(_op_flops(e) for e in ops)
         leaves = [e for e in ops if not any(o is not e and _inside(o, e["ts"], _end(e)) for o in ops)] \
             if len(ops) < 5000 else ops
