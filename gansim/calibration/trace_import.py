@@ -444,25 +444,25 @@ class RankTrace:
             out.append({"op": op, "phase": phase, "occurrence": occ, "owner": "", "bytes": nbytes})
         return out
 
-    def allreduce_times(self) -> dict[int, list[float]]:
-        """Seconds each all-reduce took, per size in bytes: NCCL's kernels on the GPU (In msg
-        nelems, dtype), else the backend's own events (gloo:all_reduce with Input Dims)."""
-        by_size: dict[int, list[float]] = {}
+    def allreduce_times(self) -> list[tuple[int, float]]:
+        """(bytes, seconds) of each all-reduce in issue order: NCCL's kernels on the GPU (In
+        msg nelems, dtype), else the backend's own events (gloo:all_reduce with Input Dims)."""
+        out: list[tuple[int, float]] = []
         if self.nccl_kernels:
-            for e in self.nccl_kernels:
+            for e in sorted(self.nccl_kernels, key=lambda e: e["ts"]):
                 args = e.get("args", {})
                 if "allreduce" in str(args.get("Collective name", "")).replace("_", "").lower():
                     n = _dims_elements([args.get("In msg nelems")])
                     if n:
-                        by_size.setdefault(n * _element_bytes(args.get("dtype", "float")), []).append(e["dur"] * 1e-6)
-            return by_size
-        for e in self.backend_events:
+                        out.append((n * _element_bytes(args.get("dtype", "float")), e["dur"] * 1e-6))
+            return out
+        for e in sorted(self.backend_events, key=lambda e: e["ts"]):
             if e["name"].endswith(("all_reduce", "allreduce")):
                 args = e.get("args", {})
                 n = _dims_elements(args.get("Input Dims", []))
                 if n:
-                    by_size.setdefault(n * _element_bytes(_first_type(args)), []).append(e["dur"] * 1e-6)
-        return by_size
+                    out.append((n * _element_bytes(_first_type(args)), e["dur"] * 1e-6))
+        return out
 
     def events_in(self, lo: float, hi: float) -> int:
         return sum(1 for e in self.on_main if _inside(e, lo, hi))
@@ -650,13 +650,22 @@ class _Run:
         self.compute_samples.append({"rank": r.rank, "phases": compute})
 
     def allreduce_points(self) -> list[AllreducePoint]:
-        """(size, mean time) of the run's all-reduces, over all its ranks."""
+        """(size, mean time) of the run's all-reduces. A rank's all-reduce lasts from its own
+        call until the last rank has joined and the data has moved: the rank that joined last
+        waited for nobody, so each all-reduce's time is the shortest of its ranks' (the k-th
+        of every rank, when they issued the same sizes in the same order; with one rank's
+        trace, its own times, waits included)."""
+        if self.world < 2:
+            return []
+        issued = [r.allreduce_times() for r in self.ranks]
+        same = all([n for n, _ in times] == [n for n, _ in issued[0]] for times in issued)
+        if not same:
+            issued = issued[:1]
         by_size: dict[int, list[float]] = {}
-        for r in self.ranks:
-            for nbytes, times in r.allreduce_times().items():
-                by_size.setdefault(nbytes, []).extend(times)
+        for calls in zip(*issued):
+            by_size.setdefault(calls[0][0], []).append(min(seconds for _, seconds in calls))
         return [AllreducePoint(world_size=self.world, bytes=n, time_s=statistics.fmean(t), iters=len(t), samples_s=t)
-                for n, t in sorted(by_size.items())] if self.world > 1 else []
+                for n, t in sorted(by_size.items())]
 
     def describe(self, log: Callable[[str], None]) -> None:
         log(f"world size {self.world}: {len(self.ranks)} trace(s), {self.n_steps} steps a rank: step "
