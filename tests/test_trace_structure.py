@@ -171,3 +171,43 @@ def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     trace = {p.world_size: p.step_time_s for p in predict(import_traces(traces[1] + traces[2]), [1, 2])}
     for world, noise in RUN_TO_RUN_NOISE.items():
         assert trace[world] == pytest.approx(script[world], rel=noise), (world, trace, script)
+
+
+COMPILED_GAN = """
+import sys
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+torch.manual_seed(0)
+G = torch.compile(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)), backend="aot_eager")
+D = torch.compile(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)), backend="aot_eager")
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=2),
+             on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
+    for _ in range(4):
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        opt_g.step()
+        prof.step()
+"""
+
+
+def test_optimizer_steps_after_compiled_regions_close_the_networks_steps(tmp_path):
+    path = tmp_path / "compiled.json"
+    subprocess.run([sys.executable, "-c", COMPILED_GAN, str(path)], check=True, capture_output=True, timeout=600,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert any(e["name"].startswith("Torch-Compiled Region") for e in trace.host)
+    for lo, hi in trace.step_windows():
+        windows = trace.phase_windows(lo, hi)
+        assert [name for name, _, _ in windows] == ["d_forward_s", "d_backward_s", "d_optimizer_s",
+                                                    "g_forward_s", "g_backward_s", "g_optimizer_s"]
+        # each backward is the compiled graph's backward and what follows it
+        for name, a, b in windows:
+            backward = [e for e in trace.host if e["name"].startswith("autograd::engine::evaluate_function: Compiled")
+                        and _inside(e, a, b)]
+            assert bool(backward) == name.endswith("backward_s"), name
+    assert not trace.user_labels  # the compiled regions are torch's labels, not the user's

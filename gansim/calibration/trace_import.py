@@ -81,7 +81,8 @@ _BACKWARD_TAIL = ("autograd::engine::evaluate_function", "Optimizer.zero_grad", 
 _HOST_CATEGORIES = ("cpu_op", "user_annotation")
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 # labels the framework writes, not the user
-_FRAMEWORK_LABELS = ("Optimizer.", "DistributedDataParallel.", "ProfilerStep#", "gloo:", "nccl:")
+_FRAMEWORK_LABELS = ("Optimizer.", "DistributedDataParallel.", "ProfilerStep#", "gloo:", "nccl:", "Torch-Compiled Region",
+                     "CompiledFunction")
 _KINETO_KEYS = ("schemaVersion", "traceName", "baseTimeNanoseconds", "deviceProperties", "distributedInfo")
 # an event's start may be any microsecond timestamp (Kineto's count from the epoch, ~1.7e15);
 # its duration at most MAX_SECONDS, as every duration gansim takes
