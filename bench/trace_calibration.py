@@ -8,7 +8,8 @@ DDP on gloo) is, ``--repeats`` times in turn,
 - run for real, without profiler, at world sizes 1, 2 and 3;
 
 and it prints, per repeat, each profile's predicted step time at world sizes 1, 2 and 3 and
-the real ones, then the run-to-run spread of each figure over the repeats ((max - min) /
+the real ones (and each profile's generator share of the compute, tests/test_trace_structure.py's
+figure of a profile's shape), then the run-to-run spread of each figure over the repeats ((max - min) /
 mean) and the error of each way's world-size-3 prediction against the real runs' mean.
 
     python bench/trace_calibration.py [--repeats 3] [--json]
@@ -28,6 +29,9 @@ from gansim.calibration.profile import load_profile
 from gansim.calibration.trace_import import import_traces
 from gansim.prediction.calibrated import predict
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.test_trace_structure import generator_share  # noqa: E402  (the test's own figure)
+
 SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "data" / "wgan_gp_train.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 SIZES = (1, 2, 3)
@@ -45,15 +49,18 @@ def from_traces(work: Path, profiled_steps: int) -> list[float]:
         torchrun(world, "--trace-dir", str(work), "--warmup", "3", "--profiled-steps", str(profiled_steps))
     paths = [str(work / f"rank{r}.ws{w}.json.gz") for w in (1, 2) for r in range(w)]
     profile = import_traces(paths)
-    return [p.step_time_s for p in predict(profile, list(SIZES))]
+    return [p.step_time_s for p in predict(profile, list(SIZES))] + [generator_share(profile)]
 
 
 def from_script(work: Path, steps: int) -> list[float]:
     out = work / "script.json"
-    subprocess.run([sys.executable, "-m", "gansim.cli.main", "calibrate", "--script", str(SCRIPT), "--world-sizes",
-                    "1,2", "--repeats", "1", "--steps", str(steps), "--warmup", "3", "--out", str(out)],
-                   check=True, env=ENV, capture_output=True, timeout=900)
-    return [p.step_time_s for p in predict(load_profile(out), list(SIZES))]
+    done = subprocess.run([sys.executable, "-m", "gansim.cli.main", "calibrate", "--script", str(SCRIPT),
+                           "--world-sizes", "1,2", "--repeats", "1", "--steps", str(steps), "--warmup", "3",
+                           "--out", str(out)], env=ENV, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        sys.exit(f"gansim calibrate --script failed ({done.returncode}): {done.stderr.strip().splitlines()[-1]}")
+    profile = load_profile(out)
+    return [p.step_time_s for p in predict(profile, list(SIZES))] + [generator_share(profile)]
 
 
 def real(steps: int) -> list[float]:
@@ -82,11 +89,13 @@ def main() -> None:
             rows["script"].append(from_script(Path(tmp), args.steps))
             rows["real"].append(real(args.steps))
         print(f"repeat {rep + 1}: " + "; ".join(
-            f"{way} " + " / ".join(f"{t * 1e3:.2f}" for t in rows[way][-1]) for way in rows) +
-            " ms at world sizes " + "/".join(map(str, SIZES)), flush=True)
+            f"{way} " + " / ".join(f"{t * 1e3:.2f}" for t in rows[way][-1][:len(SIZES)]) for way in rows) +
+            " ms at world sizes " + "/".join(map(str, SIZES)) + "; generator share of the compute: " +
+            ", ".join(f"{way} {rows[way][-1][-1]:.3f}" for way in ("trace", "script")), flush=True)
     summary = {"world_sizes": list(SIZES), "rows_s": rows, "spread": {}, "ws3_error": {}}
     for way, runs in rows.items():
         summary["spread"][way] = [spread([r[i] for r in runs]) for i in range(len(SIZES))]
+    summary["generator_share_spread"] = {way: spread([r[-1] for r in rows[way]]) for way in ("trace", "script")}
     real3 = statistics.fmean(r[2] for r in rows["real"])
     for way in ("trace", "script"):
         summary["ws3_error"][way] = statistics.fmean(r[2] for r in rows[way]) / real3 - 1
@@ -96,6 +105,8 @@ def main() -> None:
     for way, values in summary["spread"].items():
         print(f"run-to-run spread (max - min) / mean, {way}: " + ", ".join(
             f"world size {w} {v:.0%}" for w, v in zip(SIZES, values)))
+    print("run-to-run spread of the generator's share of the compute: " + ", ".join(
+        f"{way} {v:.0%}" for way, v in summary["generator_share_spread"].items()))
     print("trace vs --script (means over repeats): " + ", ".join(
         f"world size {w} {v:+.0%}" for w, v in zip(SIZES, agree)))
     print(f"world size 3 predicted vs real (means over repeats): trace {summary['ws3_error']['trace']:+.1%}, "

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gansim.calibration.profile import load_profile
-from gansim.cli.main import main
 from gansim.calibration.trace_import import import_traces
+from gansim.cli.main import main
 
 HTA = Path(__file__).parent / "data" / "hta"
 A100 = str(HTA / "nccl_data.json.gz")
