@@ -8,8 +8,7 @@ DDP on gloo) is, ``--repeats`` times in turn,
 - run for real, without profiler, at world sizes 1, 2 and 3;
 
 and it prints, per repeat, each profile's predicted step time at world sizes 1, 2 and 3 and
-the real ones (and each profile's generator share of the compute, tests/test_trace_structure.py's
-figure of a profile's shape), then the run-to-run spread of each figure over the repeats ((max - min) /
+the real ones (and each profile's generator share of the compute: the profile's shape), then the run-to-run spread of each figure over the repeats ((max - min) /
 mean) and the error of each way's world-size-3 prediction against the real runs' mean.
 
     python bench/trace_calibration.py [--repeats 3] [--json]
@@ -28,13 +27,20 @@ from pathlib import Path
 from gansim.calibration.profile import load_profile
 from gansim.calibration.trace_import import import_traces
 from gansim.prediction.calibrated import predict
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.test_trace_structure import generator_share  # noqa: E402  (the test's own figure)
+from gansim.calibration.phases import COMPUTE_PHASES
 
 SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "data" / "wgan_gp_train.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 SIZES = (1, 2, 3)
+
+
+def generator_share(profile) -> float:
+    """The generator step's share of a training step's compute at world size 1 (the D steps
+    counted as often as the step has them, host work included): the profile's shape, which a
+    uniformly busier machine leaves as it is."""
+    compute, d_steps = profile.fit.compute, profile.provenance.d_steps
+    generator = sum(compute[p] for p in COMPUTE_PHASES if p.startswith("g_"))
+    return generator / sum(compute[p] * (d_steps if p.startswith("d_") else 1) for p in COMPUTE_PHASES)
 
 
 def torchrun(world: int, *args: str) -> str:

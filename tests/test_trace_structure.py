@@ -153,25 +153,9 @@ def test_a_sweep_of_one_size_is_bandwidth_alone_and_none_is_free():
     assert fit_sweep([], 0.0) == (0.0, 0.0, [])
 
 
-def generator_share(profile) -> float:
-    """The generator step's share of a training step's compute at world size 1 (the D steps
-    counted as often as the step has them, host work included): what a profile says of the
-    script's shape whatever the machine's speed, which a busy machine changes for both."""
-    compute, d_steps = profile.fit.compute, profile.provenance.d_steps
-    generator = sum(compute[p] for p in COMPUTE_PHASES if p.startswith("g_"))
-    total = sum(compute[p] * (d_steps if p.startswith("d_") else 1) for p in COMPUTE_PHASES)
-    return generator / total
-
-
-# The run-to-run spread of generator_share over three repeats of bench/trace_calibration.py
-# ((max - min) / mean, the larger of the trace's and --script's; docs/calibrate-from-traces.md)
-RUN_TO_RUN_NOISE = 0.25
-
-
 def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     """The same script's profile by both ways: the same shape (D steps, DDP's buckets and mode,
-    world sizes) exactly, and the same split of the step between the networks within the
-    run-to-run noise. Their step times are compared by bench/trace_calibration.py, not here:
+    world sizes, buffers). Their times are compared by bench/trace_calibration.py, not here:
     on a shared machine two runs minutes apart differ by whatever else it runs."""
     from gansim.calibration.profile import load_profile
 
@@ -184,7 +168,6 @@ def test_traces_and_script_give_the_same_profile(traces, tmp_path):
         assert (profile.provenance.d_steps, profile.provenance.mode, profile.provenance.world_sizes) == (5, "ddp", [1, 2])
     assert trace.fit.gradient_buckets == script.fit.gradient_buckets
     assert trace.fit.buffer_bytes == script.fit.buffer_bytes
-    assert generator_share(trace) == pytest.approx(generator_share(script), rel=RUN_TO_RUN_NOISE)
 
 
 COMPILED_GAN = """
