@@ -452,9 +452,11 @@ def trace_cases() -> Iterator[Case]:
     yield Case("trace-missing", calibrate + ["{dir}/none.json"], expect="none.json")
     yield Case("trace-two-of-rank-0", calibrate + ["{dir}/a.json", "{dir}/b.json"],
                {"a.json": TRACE, "b.json": TRACE}, expect="distributedInfo.rank")
-    yield Case("trace-two-world-sizes", calibrate + ["{dir}/a.json", "{dir}/b.json"],
-               {"a.json": TRACE, "b.json": replaced(replaced(TRACE, ("distributedInfo", "world_size"), 2),
-                                                    ("distributedInfo", "rank"), 1)}, expect="world_size")
+    # traces of two world sizes are two runs, fitted together; a phase map must name the traces' labels
+    yield Case("trace-phase-map-unknown-label", calibrate + ["{dir}/t.json", "--phase-map", "critic_step=d"],
+               {"t.json": TRACE}, expect="--phase-map")
+    yield Case("trace-phase-map-not-a-network", calibrate + ["{dir}/t.json", "--phase-map", "critic_step=q"],
+               {"t.json": TRACE}, expect="--phase-map")
     for value in ("nan", "inf", "-1", "1e308", "x"):
         yield Case(f"trace-overhead={value}", ["calibrate", "--from-trace", "{dir}/t.json", "--out", "{dir}/p.json",
                                                "--profiler-overhead-us", value], {"t.json": TRACE},

@@ -87,6 +87,20 @@ def fit_alpha_beta(points: Iterable, gamma: float) -> tuple[float, float, list[f
     return alpha, beta, residuals
 
 
+def fit_sweep(points: Sequence, gamma: float) -> tuple[float, float, list[float]]:
+    """fit_alpha_beta where the points have two sizes or more; of one size (a trace whose
+    gradients make one bucket), its time as bandwidth alone; of none, alpha = beta = 0."""
+    pts = [pt for pt in _as_points(points) if pt[0] >= 2 and pt[1] > 0 and pt[2] > 0]
+    if len({(p, n) for p, n, _ in pts}) >= 2:
+        return fit_alpha_beta(points, gamma)
+    if not pts:
+        return 0.0, 0.0, [0.0] * len(list(points))
+    p, n, t = pts[0]
+    beta = max(0.0, t - ring_time(p, n, 0.0, 0.0, gamma)) / ring_time(p, n, 0.0, 1.0, 0.0)
+    return 0.0, beta, [(ring_time(q, m, 0.0, beta, gamma) - s) / s if q >= 2 and s > 0 else 0.0
+                       for q, m, s in _as_points(points)]
+
+
 def fit_gamma(points: Iterable) -> tuple[float, float, list[float]]:
     """gamma (s/byte) from reduction timings ``(bytes, time_s)``: relative least squares of
     ``t = c + n gamma``. Returns ``(gamma, c, relative residuals)``."""
@@ -202,9 +216,10 @@ def fit_from_measurements(measured, gradient_bytes: Mapping[str, int],
     """The ``fit`` section of a profile from a ``Measured`` record (see profile.py): gamma
     from ``reduction``, alpha/beta from ``allreduce``, compute from ``compute_only['1']``,
     core sharing from ``compute_only``. Never reads the training step times."""
-    gamma, _, _ = fit_gamma(measured.reduction)
+    # a trace measures no local reduction on its own: its all-reduce times hold it, in beta
+    gamma = fit_gamma(measured.reduction)[0] if measured.reduction else 0.0
     sweep = list(measured.allreduce)
-    alpha, beta, res = fit_alpha_beta(sweep, gamma)
+    alpha, beta, res = fit_sweep(sweep, gamma)
     residuals: dict[str, dict[str, float]] = {}
     for pt, r in zip(sweep, res):
         residuals.setdefault(str(pt.world_size), {})[str(pt.bytes)] = r

@@ -49,7 +49,8 @@ from typing import Any, Callable, Optional, Sequence
 from pydantic import ValidationError
 
 from gansim.calibration.communication import buffer_bytes, gradient_buckets, summarize
-from gansim.calibration.fit import fit_alpha_beta, phase_means
+from gansim.calibration.trace_devices import Datasheet, datasheet
+from gansim.calibration.fit import fit_from_measurements, phase_means
 from gansim.calibration.instrument import phase_name
 from gansim.calibration.phases import COMPUTE_PHASES, PHASES, STEP
 from gansim.calibration.profile import (
@@ -61,7 +62,6 @@ from gansim.calibration.profile import (
     Provenance,
     RankSamples,
 )
-from gansim.collectives.closed_forms import ring_time
 from gansim.core import limits
 from gansim.core.config import MAX_BYTES, MAX_SECONDS, validation_error
 from gansim.core.errors import UserInputError
@@ -77,6 +77,12 @@ _COLLECTIVE_OPS = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadca
 # the zero_grad just before it
 _BACKWARD_TAIL = ("autograd::engine::evaluate_function", "Optimizer.zero_grad", "torch.distributed.ddp",
                   "aten::as_strided", "aten::ones_like")
+# what a host thread records (GPU work, CUDA runtime calls and flows are read apart)
+_HOST_CATEGORIES = ("cpu_op", "user_annotation")
+_GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# labels the framework writes, not the user
+_FRAMEWORK_LABELS = ("Optimizer.", "DistributedDataParallel.", "ProfilerStep#", "gloo:", "nccl:", "Torch-Compiled Region",
+                     "CompiledFunction")
 _KINETO_KEYS = ("schemaVersion", "traceName", "baseTimeNanoseconds", "deviceProperties", "distributedInfo")
 # an event's start may be any microsecond timestamp (Kineto's count from the epoch, ~1.7e15);
 # its duration at most MAX_SECONDS, as every duration gansim takes
@@ -258,11 +264,47 @@ def _op_flops(e: dict) -> float:
 
 
 # ---------------------------------------------------------------------------- one rank
-class RankTrace:
-    """One rank's steps, phases, collectives and costs from its trace."""
+def _is_autograd(e: dict) -> bool:
+    return e["name"].startswith("autograd::engine::evaluate_function")
 
-    def __init__(self, path: str, data: dict):
+
+def _children(events: list[dict], parent: dict) -> list[dict]:
+    return [e for e in events if e is not parent and _inside(e, parent["ts"], _end(parent))]
+
+
+def backward_start(events: list[dict], lo: float, hi: float) -> float:
+    """Where the backward pass that ends at ``hi`` (an optimizer step) starts: the trailing
+    run of backward events (the autograd engine's functions, the gradient seed, DDP's bucket
+    copies, the zero_grad just before) among the events in [lo, hi], looked for inside
+    whatever encloses them (a user's label, a compiled region) when that is last. A gradient
+    penalty's autograd.grad in the forward is followed by more forward operators, so it stays
+    in the forward."""
+    inside = [e for e in events if e["ts"] >= lo and _end(e) <= hi + 1e-3]
+    start = hi
+    for e in reversed(_top_level(inside)):
+        if e["name"].startswith(_BACKWARD_TAIL):
+            start = e["ts"]
+            continue
+        children = _children(inside, e)
+        if any(_is_autograd(c) for c in children):
+            inner = backward_start(children, e["ts"], _end(e))
+            if inner <= e["ts"] + 1e-3:  # all of it is backward (a label around loss.backward())
+                start = e["ts"]
+                continue
+            return inner if inner < _end(e) - 1e-3 else start
+        break
+    return start
+
+
+class RankTrace:
+    """One rank's steps, phases, collectives and costs from its trace.
+
+    ``phase_map`` maps a user's ``record_function`` label to the network (``d`` or ``g``)
+    whose optimizer steps it encloses."""
+
+    def __init__(self, path: str, data: dict, phase_map: Optional[dict[str, str]] = None):
         self.path = path
+        self.phase_map = dict(phase_map or {})
         self.world_size, self.rank, self.backend = _distributed(data, path)
         self.options = {"record_shapes": bool(data.get("record_shapes")), "with_flops": bool(data.get("with_flops"))}
         events = _complete_events(data)
@@ -274,62 +316,120 @@ class RankTrace:
         self.events = events
         on_main = [e for e in events if (e.get("pid"), e.get("tid")) == self.main and not e["name"].startswith("ProfilerStep#")]
         self.on_main = sorted(on_main, key=lambda e: e["ts"])
-        self.labelled = any(phase_name(e["name"]) for e in self.on_main if e.get("cat") == "user_annotation")
         # the backend's own collective events (their thread does the work): type and time
         self.backend_events = [e for e in events if str(e.get("name", "")).startswith(("gloo:", "nccl:"))]
+        # every host thread of the training process (on GPU, backward runs on autograd's own thread)
+        self.host = sorted((e for e in events if e.get("pid") == self.main[0] and e.get("cat") in _HOST_CATEGORIES
+                            and not e["name"].startswith(("ProfilerStep#", "gloo:", "nccl:"))),
+                           key=lambda e: (e["ts"], -e["dur"]))
+        self.labelled = any(phase_name(e["name"]) for e in self.on_main if e.get("cat") == "user_annotation")
+        self.user_labels = [e for e in self.host if e.get("cat") == "user_annotation" and not phase_name(e["name"])
+                            and not e["name"].startswith(_FRAMEWORK_LABELS)]
         self.types = {}
         for e in self.backend_events:
             args = e.get("args", {})
             key = (e["name"].split(":", 1)[1].replace("_", ""), _dims_elements(args.get("Input Dims", [])))
             self.types.setdefault(key, _first_type(args))
+        self.device, self.datasheet = _device(data, path)
+        self.gpu_work, self.nccl_kernels = self._gpu_events()
+
+    def _gpu_events(self) -> tuple[list[tuple[float, float]], list[dict]]:
+        """(launch time, GPU seconds) of every kernel, copy and memset but NCCL's, each at the
+        time its CUDA runtime call launched it (matched by correlation id), and NCCL's kernels."""
+        launched = {e["args"]["correlation"]: e["ts"] for e in self.events
+                    if e.get("cat") == "cuda_runtime" and e.get("pid") == self.main[0]
+                    and isinstance(e.get("args", {}).get("correlation"), int)}
+        work, nccl = [], []
+        for e in self.events:
+            if e.get("cat") not in _GPU_CATEGORIES:
+                continue
+            if e["name"].startswith("ncclKernel") or e["name"].startswith("ncclDevKernel"):
+                nccl.append(e)
+                continue
+            at = launched.get(e.get("args", {}).get("correlation"))
+            if at is not None:
+                work.append((at, e["dur"] * 1e-6))
+        return sorted(work), nccl
+
+    @property
+    def cuda(self) -> bool:
+        return bool(self.gpu_work)
+
+    def gpu_seconds(self, lo: float, hi: float) -> float:
+        """GPU stream time of the work launched in [lo, hi) (NCCL's kernels aside)."""
+        return sum(seconds for at, seconds in self.gpu_work if lo <= at < hi)
 
     def step_windows(self) -> list[tuple[float, float]]:
         return [(s["ts"], _end(s)) for s in self.steps]
 
     def phase_windows(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
         """(phase, start, end) of one step, in order."""
-        inside = [e for e in self.on_main if _inside(e, lo, hi)]
         if self.labelled:
+            inside = [e for e in self.on_main if _inside(e, lo, hi)]
             return [(phase_name(e["name"]), e["ts"], _end(e)) for e in inside
                     if e.get("cat") == "user_annotation" and phase_name(e["name"])]
-        return self._autograd_regions(inside, lo, hi)
+        return self._structure_regions(lo, hi)
 
-    def _autograd_regions(self, inside: list[dict], lo: float, hi: float) -> list[tuple[str, float, float]]:
-        top = _top_level(inside)
-        optimizers = [e for e in top if e["name"].startswith("Optimizer.step#")]
-        if len(optimizers) < 2:
-            raise UserInputError(
-                f"step at {lo:.0f} us has {len(optimizers)} optimizer step(s) and no phase labels: a GAN step has a D "
-                "and a G optimizer step; label the phases with torch.profiler.record_function('d_forward') etc.",
-                source=self.path, field="traceEvents")
-        regions, start = [], lo
+    def optimizer_steps(self, lo: float, hi: float) -> list[dict]:
+        """The step's optimizer steps at any depth (the outermost of nested ones)."""
+        return _top_level([e for e in self.host if e["name"].startswith("Optimizer.step#") and _inside(e, lo, hi)])
+
+    def _networks(self, optimizers: list[dict]) -> list[str]:
+        """d or g per optimizer step: the innermost enclosing label the phase map names, else
+        its place (the last of a step is G's, the ones before D's; alone, a one-network
+        training's, counted as G)."""
+        nets = []
         for k, opt in enumerate(optimizers):
-            net = "g" if k == len(optimizers) - 1 else "d"
-            before = [e for e in top if e["ts"] >= start and _end(e) <= opt["ts"] + 1e-3]
-            tail = []
-            for e in reversed(before):
-                if e["name"].startswith(_BACKWARD_TAIL):
-                    tail.append(e)
-                else:
-                    break
-            backward_start = min((e["ts"] for e in tail), default=opt["ts"])
-            regions += [(f"{net}_forward_s", start, backward_start), (f"{net}_backward_s", backward_start, opt["ts"]),
+            mapped = [e for e in self.user_labels if e["name"] in self.phase_map and e["ts"] <= opt["ts"]
+                      and _end(opt) <= _end(e) + 1e-3]
+            if mapped:
+                nets.append(self.phase_map[min(mapped, key=lambda e: e["dur"])["name"]])
+            else:
+                nets.append("g" if k == len(optimizers) - 1 else "d")
+        return nets
+
+    def _structure_regions(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
+        optimizers = self.optimizer_steps(lo, hi)
+        if not optimizers:
+            raise UserInputError(
+                f"the step at {lo:.0f} us has no optimizer step (no Optimizer.step#... event at any depth) and no "
+                "phase labels: profile the training steps themselves, or label the phases with "
+                "torch.profiler.record_function('d_forward') etc.", source=self.path, field="traceEvents")
+        regions, start = [], lo
+        inside = [e for e in self.host if _inside(e, lo, hi)]
+        for net, opt in zip(self._networks(optimizers), optimizers):
+            backward = max(start, backward_start(inside, start, opt["ts"]))
+            regions += [(f"{net}_forward_s", start, backward), (f"{net}_backward_s", backward, opt["ts"]),
                         (f"{net}_optimizer_s", opt["ts"], _end(opt))]
             start = _end(opt)
         return regions
 
+    def label_seconds(self, lo: float, hi: float) -> dict[str, tuple[int, float]]:
+        """The user's own labels in [lo, hi]: (how many, seconds in all) per name."""
+        out: dict[str, tuple[int, float]] = {}
+        for e in self.user_labels:
+            if _inside(e, lo, hi):
+                n, s = out.get(e["name"], (0, 0.0))
+                out[e["name"]] = (n + 1, s + e["dur"] * 1e-6)
+        return out
+
     def collectives(self, lo: float, hi: float, windows: list[tuple[str, float, float]]) -> list[dict]:
+        """The collectives issued in [lo, hi], each in the phase it was issued in. NCCL's
+        record_param_comms (element count and dtype without record_shapes) when the trace has
+        them, else the c10d operators (element count from record_shapes' Input Dims)."""
         out = []
         counts: dict[str, int] = {}
         occurrence_at = []
         for name, a, b in windows:
             counts[name] = counts.get(name, 0) + 1
             occurrence_at.append((name, a, b, counts[name]))
+        param_comms = any(e["name"] == "record_param_comms" and "In msg nelems" in e.get("args", {})
+                          for e in self.events)
         for e in self.events:
             if e.get("pid") != self.main[0] or not _inside(e, lo, hi):
                 continue
             args = e.get("args", {})
-            if e["name"] in _COLLECTIVE_OPS:
+            if e["name"] in _COLLECTIVE_OPS and not param_comms:
                 op = _COLLECTIVE_OPS[e["name"]]
                 n = _dims_elements(args.get("Input Dims", []))
                 nbytes = n * _element_bytes(self.types.get((op, n), "float"))
@@ -345,24 +445,57 @@ class RankTrace:
             out.append({"op": op, "phase": phase, "occurrence": occ, "owner": "", "bytes": nbytes})
         return out
 
+    def allreduce_times(self) -> list[tuple[int, float]]:
+        """(bytes, seconds) of each all-reduce in issue order: NCCL's kernels on the GPU (In
+        msg nelems, dtype), else the backend's own events (gloo:all_reduce with Input Dims)."""
+        out: list[tuple[int, float]] = []
+        if self.nccl_kernels:
+            for e in sorted(self.nccl_kernels, key=lambda e: e["ts"]):
+                args = e.get("args", {})
+                if "allreduce" in str(args.get("Collective name", "")).replace("_", "").lower():
+                    n = _dims_elements([args.get("In msg nelems")])
+                    if n:
+                        out.append((n * _element_bytes(args.get("dtype", "float")), e["dur"] * 1e-6))
+            return out
+        for e in sorted(self.backend_events, key=lambda e: e["ts"]):
+            if e["name"].endswith(("all_reduce", "allreduce")):
+                args = e.get("args", {})
+                n = _dims_elements(args.get("Input Dims", []))
+                if n:
+                    out.append((n * _element_bytes(_first_type(args)), e["dur"] * 1e-6))
+        return out
+
     def events_in(self, lo: float, hi: float) -> int:
         return sum(1 for e in self.on_main if _inside(e, lo, hi))
 
     def costs_in(self, lo: float, hi: float) -> tuple[float, float]:
-        ops = [e for e in self.on_main if _inside(e, lo, hi) and e.get("cat") == "cpu_op"]
+        # on GPU the backward's operators run on autograd's own thread
+        ops = [e for e in (self.host if self.cuda else self.on_main) if _inside(e, lo, hi) and e.get("cat") == "cpu_op"]
         flops = sum(_op_flops(e) for e in ops)
         leaves = [e for e in ops if not any(o is not e and _inside(o, e["ts"], _end(e)) for o in ops)] \
             if len(ops) < 5000 else ops
         return flops, sum(_op_bytes(e) for e in leaves)
 
     def waiting(self, lo: float, hi: float) -> float:
-        """Time (us) in [lo, hi] the training thread ran no event while a backend collective
-        was in flight: waiting for communication, not compute."""
-        comm = _clip([(e["ts"], _end(e)) for e in self.backend_events], lo, hi)
-        if not comm:
-            return 0.0
+        """Time (us) in [lo, hi] the training thread spent on communication, not compute: in
+        the collectives' own calls (c10d::allreduce_ and what it runs), and running no event
+        while a backend collective was in flight."""
+        calls = _clip([(e["ts"], _end(e)) for e in self.on_main if e["name"] in _COLLECTIVE_OPS], lo, hi)
+        in_flight = _clip([(e["ts"], _end(e)) for e in self.backend_events], lo, hi)
         busy = _clip([(e["ts"], _end(e)) for e in self.on_main if _end(e) > lo and e["ts"] < hi], lo, hi)
-        return max(0.0, _union_length(busy + comm) - _union_length(busy))
+        idle = _union_length(busy + in_flight) - _union_length(busy) if in_flight else 0.0
+        return max(0.0, idle) + _union_length(calls)
+
+
+def _device(data: dict, path: str) -> tuple[Optional[str], Optional[Datasheet]]:
+    """The GPU's name and datasheet figures from deviceProperties (its first entry: the GPUs
+    of one machine are of one kind); (None, None) without any."""
+    props = data.get("deviceProperties")
+    if props in (None, []):
+        return None, None
+    if not (isinstance(props, list) and isinstance(props[0], dict) and isinstance(props[0].get("name"), str)):
+        raise UserInputError("expected a list of devices, each with a name", source=path, field="deviceProperties")
+    return props[0]["name"].strip() or None, datasheet(props[0])
 
 
 # ---------------------------------------------------------------------------- overhead
@@ -409,22 +542,31 @@ def measure_profiler_overhead(record_shapes: bool, with_flops: bool, iterations:
 # ---------------------------------------------------------------------------- profile
 def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float] = None,
                   log: Callable[[str], None] = lambda s: None, device_tflops: Optional[float] = None,
-                  device_memory_bandwidth_GBps: Optional[float] = None) -> Profile:
-    ranks = [RankTrace(p, read_trace(p)) for p in paths]
-    world = ranks[0].world_size
+                  device_memory_bandwidth_GBps: Optional[float] = None,
+                  phase_map: Optional[dict[str, str]] = None) -> Profile:
+    """The profile of the traces of one or several runs (grouped by their world size)."""
+    ranks = [RankTrace(p, read_trace(p), phase_map) for p in paths]
+    runs: dict[int, list[RankTrace]] = {}
     for r in ranks:
-        if r.world_size != world:
-            raise UserInputError(f"world size {r.world_size}, but {ranks[0].path} has {world}; allowed: the "
-                                 "traces of one run", source=r.path, field="distributedInfo.world_size")
-    seen = [r.rank for r in ranks]
-    if len(set(seen)) != len(seen):
-        raise UserInputError(f"two traces of rank {seen[0]}; allowed: one file per rank", source=ranks[-1].path,
-                             field="distributedInfo.rank")
-    if overhead_s_per_event is None:
+        run = runs.setdefault(r.world_size, [])
+        if any(o.rank == r.rank for o in run):
+            raise UserInputError(f"two traces of rank {r.rank} of world size {r.world_size}; allowed: one file per "
+                                 "rank of each run", source=r.path, field="distributedInfo.rank")
+        run.append(r)
+    for label in phase_map or {}:
+        if not any(label == e["name"] for r in ranks for e in r.user_labels):
+            raise UserInputError(f"no record_function label {label!r} in the traces; their labels: "
+                                 f"{', '.join(sorted({e['name'] for r in ranks for e in r.user_labels})) or 'none'}",
+                                 field="--phase-map")
+    cuda = any(r.cuda for r in ranks)
+    if cuda:  # GPU stream times: the profiler's cost on the host thread is not in them
+        overhead_s_per_event = 0.0 if overhead_s_per_event is None else overhead_s_per_event
+    elif overhead_s_per_event is None:
         overhead_s_per_event = measure_profiler_overhead(**ranks[0].options)
-    notes = [f"profiler overhead removed: {overhead_s_per_event * 1e6:.2f} us per recorded event"]
+    notes = [f"profiler overhead removed: {overhead_s_per_event * 1e6:.2f} us per recorded event"
+             + (" (from the host's step times; the phases are GPU stream times)" if cuda else "")]
     try:  # the notes and warnings are printed once the profile is whole: a failure is one line
-        profile = _profile_from(ranks, overhead_s_per_event, notes.append, device_tflops, device_memory_bandwidth_GBps)
+        profile = _profile_from(runs, overhead_s_per_event, notes.append, device_tflops, device_memory_bandwidth_GBps)
     except ValidationError as err:  # a figure beyond what a profile takes (a phase of days, 10^30 FLOPs)
         problem = validation_error(err, ranks[0].path)
         raise UserInputError(f"the traces make no valid profile: {problem.field}: {problem.message}",
@@ -434,42 +576,63 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
     return profile
 
 
-def _profile_from(ranks: list[RankTrace], overhead_s_per_event: float, log: Callable[[str], None],
-                  device_tflops: Optional[float], device_memory_bandwidth_GBps: Optional[float]) -> Profile:
-    """The profile of one run's rank traces, with the profiler's overhead removed."""
-    world = ranks[0].world_size
-    samples, compute_samples, events_per_step, raw = [], [], {}, {}
-    costs: dict[str, list[float]] = {}
-    collectives: list[dict] = []
-    d_counts: list[int] = []
-    resolution = 1e-9  # Kineto writes microseconds with three decimals
-    for r in sorted(ranks, key=lambda r: r.rank):
+class _Run:
+    """One run's figures: every rank's per-step phases (and without the waits for a
+    collective: compute), rank 0's raw phases, recorded events, costs, collectives."""
+
+    def __init__(self, ranks: list[RankTrace], overhead_s_per_event: float):
+        self.ranks = sorted(ranks, key=lambda r: r.rank)
+        self.first = self.ranks[0]
+        self.world = self.first.world_size
+        self.samples: list[dict] = []
+        self.compute_samples: list[dict] = []
+        self.raw: dict[str, float] = {}
+        self.events_per_step: dict[str, float] = {}
+        self.costs: dict[str, list[float]] = {}
+        self.collectives: list[dict] = []
+        self.d_counts: list[int] = []
+        self.labels: dict[str, list[float]] = {}
+        for r in self.ranks:
+            self._add_rank(r, overhead_s_per_event)
+        self.n_steps = len(self.first.steps)
+        self.raw = {k: v / self.n_steps for k, v in self.raw.items()}
+        self.events_per_step = {k: v / self.n_steps for k, v in self.events_per_step.items()}
+        self.means = phase_means(self.samples)
+        self.compute_means = phase_means(self.compute_samples)
+        self.records = summarize(self.collectives, self.n_steps)
+
+    def _add_rank(self, r: RankTrace, overhead_s_per_event: float) -> None:
         phases: dict[str, list[float]] = {}
         compute: dict[str, list[float]] = {}
+        first = r is self.first
         for lo, hi in r.step_windows():
             windows = r.phase_windows(lo, hi)
             if not windows:
                 raise UserInputError(f"a step without phases (at {lo:.0f} us)", source=r.path, field="traceEvents")
-            k = max(1, sum(1 for name, _, _ in windows if name == "d_forward_s"))
-            d_counts.append(k)
+            d_count = sum(1 for name, _, _ in windows if name == "d_forward_s")
+            self.d_counts.append(d_count)
+            k = max(1, d_count)
             rec = dict.fromkeys((p for p in PHASES if "allreduce" not in p), 0.0)
             rec_compute = dict(rec)
             for name, a, b in windows:
                 seconds = (b - a) * 1e-6
                 n_events = r.events_in(a, b)
-                corrected = max(0.0, seconds - n_events * overhead_s_per_event)
                 share = 1 / k if name.startswith("d_") else 1.0
+                if r.cuda:  # what the GPU ran of what this phase launched: no host wait, no profiler cost
+                    corrected = waited = r.gpu_seconds(a, b)
+                else:
+                    corrected = max(0.0, seconds - n_events * overhead_s_per_event)
+                    waited = max(0.0, corrected - r.waiting(a, b) * 1e-6)
                 rec[name] = rec.get(name, 0.0) + corrected * share
-                rec_compute[name] = rec_compute.get(name, 0.0) + max(0.0, corrected - r.waiting(a, b) * 1e-6) * share
-                if r.rank == ranks[0].rank:
-                    raw[name] = raw.get(name, 0.0) + seconds * share
-                    events_per_step[name] = events_per_step.get(name, 0.0) + n_events * share
+                rec_compute[name] = rec_compute.get(name, 0.0) + waited * share
+                if first:
+                    self.raw[name] = self.raw.get(name, 0.0) + seconds * share
+                    self.events_per_step[name] = self.events_per_step.get(name, 0.0) + n_events * share
                     flops, nbytes = r.costs_in(a, b)
-                    c = costs.setdefault(name, [0.0, 0.0])
+                    c = self.costs.setdefault(name, [0.0, 0.0])
                     c[0] += flops * share
                     c[1] += nbytes * share
-            step_events = r.events_in(lo, hi)
-            step = max(0.0, (hi - lo) * 1e-6 - step_events * overhead_s_per_event)
+            step = max(0.0, (hi - lo) * 1e-6 - r.events_in(lo, hi) * overhead_s_per_event)
             labelled = sum(v * (k if n.startswith("d_") else 1) for n, v in rec.items())
             for target in (rec, rec_compute):
                 target[UNLABELLED] = max(0.0, step - labelled)
@@ -478,56 +641,109 @@ def _profile_from(ranks: list[RankTrace], overhead_s_per_event: float, log: Call
             for name in rec:
                 phases.setdefault(name, []).append(rec[name])
                 compute.setdefault(name, []).append(rec_compute[name])
-            if r.rank == ranks[0].rank:
-                for c in r.collectives(lo, hi, windows):
-                    collectives.append(c)
-        samples.append({"rank": r.rank, "phases": phases})
-        compute_samples.append({"rank": r.rank, "phases": compute})
-    n_steps = len(ranks[0].steps)
-    _warn_step_spread(ranks, log)
-    raw = {k: v / n_steps for k, v in raw.items()}
-    events_per_step = {k: v / n_steps for k, v in events_per_step.items()}
-    means = phase_means(samples)
-    compute_means = phase_means(compute_samples)
-    records = summarize(collectives, n_steps)
-    key = str(world)
+            if first:
+                self.collectives += r.collectives(lo, hi, windows)
+                for name, (n, seconds) in r.label_seconds(lo, hi).items():
+                    total = self.labels.setdefault(name, [0.0, 0.0])
+                    total[0] += n
+                    total[1] += seconds
+        self.samples.append({"rank": r.rank, "phases": phases})
+        self.compute_samples.append({"rank": r.rank, "phases": compute})
+
+    def allreduce_points(self) -> list[AllreducePoint]:
+        """(size, mean time) of the run's all-reduces. A rank's all-reduce lasts from its own
+        call until the last rank has joined and the data has moved: the rank that joined last
+        waited for nobody, so each all-reduce's time is the shortest of its ranks' (the k-th
+        of every rank, when they issued the same sizes in the same order; with one rank's
+        trace, its own times, waits included)."""
+        if self.world < 2:
+            return []
+        issued = [r.allreduce_times() for r in self.ranks]
+        same = all([n for n, _ in times] == [n for n, _ in issued[0]] for times in issued)
+        if not same:
+            issued = issued[:1]
+        by_size: dict[int, list[float]] = {}
+        for calls in zip(*issued):
+            by_size.setdefault(calls[0][0], []).append(min(seconds for _, seconds in calls))
+        return [AllreducePoint(world_size=self.world, bytes=n, time_s=statistics.fmean(t), iters=len(t), samples_s=t)
+                for n, t in sorted(by_size.items())]
+
+    def describe(self, log: Callable[[str], None]) -> None:
+        log(f"world size {self.world}: {len(self.ranks)} trace(s), {self.n_steps} steps a rank: step "
+            f"{self.means[STEP] * 1e3:.2f} ms after removing the profiler's overhead (rank {self.first.rank}'s phases: "
+            f"{sum(self.raw.values()) * 1e3:.2f} ms raw, {sum(self.events_per_step.values()):.0f} events a step)")
+        if self.labels:  # the user's own labels, by their own names
+            log(f"  your labels a step (rank {self.first.rank}): " + ", ".join(
+                f"{name} {n / self.n_steps:g} x {seconds / n * 1e3:.2f} ms" for name, (n, seconds) in self.labels.items()))
+        log("  phases a step: " + ", ".join(f"{name} {self.means[name] * 1e3:.2f} ms" for name in COMPUTE_PHASES
+                                            if self.means.get(name)))
+
+
+def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float, log: Callable[[str], None],
+                  device_tflops: Optional[float], device_memory_bandwidth_GBps: Optional[float]) -> Profile:
+    """The profile of the traces of one or several runs, fitted as ``--script`` is
+    (:func:`gansim.calibration.fit.fit_from_measurements`): compute from the smallest run,
+    communication and core sharing from the larger ones."""
+    figures = [_Run(ranks, overhead_s_per_event) for _, ranks in sorted(runs.items())]
+    smallest, largest = figures[0], figures[-1]
+    for run in figures:
+        _warn_step_spread(run.ranks, log)
+        run.describe(log)
     measured = Measured(
-        step_time_s={key: means[STEP]}, repeat_step_time_s={key: [means[STEP]]}, samples={key: samples},
-        phases={key: means}, collectives={key: records},
-        phase_costs={name: PhaseCost(flops=f / n_steps, bytes=b / n_steps) for name, (f, b) in costs.items()
-                     if f > 0 or b > 0},
-        profiler=ProfilerCorrection(overhead_s_per_event=overhead_s_per_event, events_per_step=events_per_step,
-                                    raw_phases=raw, resolution_s=resolution),
+        step_time_s={str(r.world): r.means[STEP] for r in figures},
+        repeat_step_time_s={str(r.world): [r.means[STEP]] for r in figures},
+        samples={str(r.world): r.samples for r in figures},
+        phases={str(r.world): r.means for r in figures},
+        collectives={str(r.world): r.records for r in figures},
+        # a run of one rank has nobody to wait for: its phases are its compute
+        compute_only={str(r.world): r.compute_means if r.world > 1 else r.means for r in figures},
+        compute_samples={str(r.world): [RankSamples(**s) for s in (r.compute_samples if r.world > 1 else r.samples)]
+                         for r in figures},
+        allreduce=[p for r in figures for p in r.allreduce_points()],
+        phase_costs={name: PhaseCost(flops=f / smallest.n_steps, bytes=b / smallest.n_steps)
+                     for name, (f, b) in smallest.costs.items() if f > 0 or b > 0},
+        profiler=ProfilerCorrection(overhead_s_per_event=overhead_s_per_event, events_per_step=smallest.events_per_step,
+                                    raw_phases=smallest.raw, resolution_s=1e-9),  # Kineto: us with three decimals
     )
-    if world > 1:
-        measured = measured.model_copy(update={"compute_only": {key: compute_means}})
-        measured.compute_samples = {key: [RankSamples(**r) for r in compute_samples]}
-    alpha, beta = _fit_from_trace(ranks, world, measured, log)
-    buckets = gradient_buckets(records)
-    if world > 1 and not (buckets["discriminator"] and buckets["generator"]):
+    d_counts = [k for r in figures for k in r.d_counts]
+    one_network = max(d_counts) == 0
+    buckets = gradient_buckets(largest.records)
+    if one_network and buckets["generator"]:
+        # the profile's shape is a GAN's: a one-network training is its G step, and its D a
+        # single float32 (the smallest all-reduce a profile takes: one latency a step)
+        buckets["discriminator"] = [4]
+        log("one optimizer step a training step: calibrated as a one-network training (its phases are the g_* "
+            "ones; d_* are 0)")
+    if largest.world > 1 and not (buckets["discriminator"] and buckets["generator"]):
         log("warning: no gradient all-reduce found in the d_* and g_* phases (record with record_shapes=True)")
     grad = {net: sum(b) for net, b in buckets.items()}
-    if not all(grad.values()):
+    fit_buckets = buckets if all(grad.values()) else None
+    if fit_buckets is None:
         grad = {"discriminator": 4, "generator": 4}
-        buckets = None
-    first = ranks[0]
+    fit_input = measured
+    if "1" not in measured.compute_only:  # no run of one rank: the smallest run's compute, its sharing unknown
+        log(f"warning: no trace of world size 1: the compute figures are world size {smallest.world}'s (its ranks "
+            "shared the machine) and core sharing is not known; give a world-size-1 trace as well")
+        fit_input = measured.model_copy(update={"compute_only": {"1": measured.compute_only[str(smallest.world)]}})
+    if not measured.allreduce:
+        log("warning: no all-reduce with its size in the traces of world size > 1 (record with record_shapes=True):"
+            " alpha = beta = 0, the profile predicts other world sizes without communication")
+    fit = fit_from_measurements(fit_input, grad, buffer_bytes(largest.records))
+    fit["gradient_buckets"] = fit_buckets
+    first = smallest.first
+    sheet = first.datasheet
+    if first.cuda and sheet is not None and device_tflops is None and device_memory_bandwidth_GBps is None:
+        device_tflops, device_memory_bandwidth_GBps = sheet.tflops, sheet.memory_bandwidth_GBps
+        log(f"device {first.device}: {sheet.model}, {sheet.tflops:g} TFLOP/s FP32, {sheet.memory_bandwidth_GBps:g} "
+            "GB/s (datasheet)")
     provenance = Provenance(
-        host=str(os.path.basename(first.path)), device="cpu" if not any(e.get("cat") == "kernel" for e in first.events)
-        else "cuda", backend=first.backend, torch="", date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        host=str(os.path.basename(first.path)), device=(first.device or "cuda") if first.cuda else "cpu",
+        backend=first.backend, torch="", date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=f"trace:{os.path.basename(first.path)}", batch_size=1, cores=max(1, os.cpu_count() or 1),
-        mode="ddp" if buckets else "flat", threads=0, gansim_version=__version__, python=platform.python_version(),
-        steps=n_steps, warmup=0, d_steps=statistics.mode(d_counts), world_sizes=[world], launcher="trace",
-        source="trace", device_tflops=device_tflops, device_memory_bandwidth_GBps=device_memory_bandwidth_GBps)
-    compute_fit = compute_means if world > 1 else means
-    fit = {
-        "alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": 0.0,
-        "compute": {k: compute_fit[k] for k in (*COMPUTE_PHASES, STEP) if k in compute_fit},
-        "core_sharing": {}, "compute_cv": 0.0, "gradient_bytes": grad,
-        "buffer_bytes": buffer_bytes(records), "gradient_buckets": buckets,
-    }
-    log(f"{len(ranks)} trace(s), world size {world}, {n_steps} steps a rank: step {means[STEP] * 1e3:.2f} ms after "
-        f"removing the profiler's overhead (rank {first.rank}'s phases: {sum(raw.values()) * 1e3:.2f} ms raw, "
-        f"{sum(events_per_step.values()):.0f} events a step)")
+        mode="ddp" if fit_buckets else "flat", threads=0, gansim_version=__version__, python=platform.python_version(),
+        steps=smallest.n_steps, warmup=0, d_steps=max(1, statistics.mode(d_counts)),
+        world_sizes=[r.world for r in figures], launcher="trace", source="trace", device_tflops=device_tflops,
+        device_memory_bandwidth_GBps=device_memory_bandwidth_GBps)
     return Profile.model_validate({"schema": 1, "provenance": provenance.model_dump(),
                                    "measured": measured.model_dump(), "fit": fit})
 
@@ -542,31 +758,3 @@ def _warn_step_spread(ranks: list[RankTrace], log: Callable[[str], None], tolera
             log(f"warning: rank {r.rank}'s {len(steps)} profiled steps range from {min(steps):.2f} to {max(steps):.2f} ms "
                 f"(x{max(steps) / min(steps):.2f}): the profile's mean is uncertain by more than the profiler's own "
                 "cost; profile more steps (schedule active=5 or more) on a quiet machine")
-
-
-def _fit_from_trace(ranks: list[RankTrace], world: int, measured: Measured, log) -> tuple[float, float]:
-    """alpha and beta from the backend's all-reduce events (size, mean duration)."""
-    if world < 2:
-        log("warning: a trace of one rank has no communication: the profile predicts other world sizes "
-            "without any (alpha = beta = 0)")
-        return 0.0, 0.0
-    by_size: dict[int, list[float]] = {}
-    for r in ranks:
-        for e in r.backend_events:
-            if e["name"].endswith(("all_reduce", "allreduce")):
-                args = e.get("args", {})
-                n = _dims_elements(args.get("Input Dims", []))
-                if n:
-                    nbytes = n * _element_bytes(_first_type(args))
-                    by_size.setdefault(nbytes, []).append(e["dur"] * 1e-6)
-    points = [AllreducePoint(world_size=world, bytes=n, time_s=statistics.fmean(t), iters=len(t), samples_s=t)
-              for n, t in sorted(by_size.items())]
-    measured.allreduce = points
-    if len(points) >= 2:
-        alpha, beta, _ = fit_alpha_beta(points, 0.0)
-        return alpha, beta
-    if len(points) == 1:  # one size: its time as bandwidth alone
-        p = points[0]
-        return 0.0, p.time_s / ring_time(world, p.bytes, 0.0, 1.0, 0.0)
-    log("warning: no all-reduce events with sizes in the traces (record_shapes=True): alpha = beta = 0")
-    return 0.0, 0.0

@@ -78,8 +78,13 @@ def register(subparsers: Any) -> None:
                         "gansim.calibration.phase()/step() or record_function labels; its own "
                         "arguments follow `--`")
     p.add_argument("--from-trace", nargs="+", metavar="TRACE.json",
-                   help="make the profile from torch.profiler Chrome traces (one file per rank of "
-                        "one run; the world size is the trace's distributedInfo.world_size)")
+                   help="make the profile from torch.profiler Chrome traces (one file per rank; "
+                        "the traces of runs of several world sizes, grouped by their "
+                        "distributedInfo.world_size, are fitted together as --script's runs are)")
+    p.add_argument("--phase-map", default=None, metavar="LABEL=d|g,...",
+                   help="with --from-trace: which network's optimizer steps your own "
+                        "record_function labels enclose, e.g. critic_step=d,generator_step=g "
+                        "(default: a step's last optimizer step is G's, the ones before D's)")
     p.add_argument("--profiler-overhead-us", default=None, metavar="US",
                    help="with --from-trace: the profiler's cost per recorded event, removed from "
                         "every phase (default: measured here with torch.profiler; 0 keeps the "
@@ -256,6 +261,8 @@ def run_calibrate(args) -> int:
     """Run ``gansim calibrate`` with parsed ``args``; returns the exit code."""
     if getattr(args, "from_trace", None):
         return run_from_trace(args)
+    if getattr(args, "phase_map", None) is not None:
+        raise UserInputError("only with --from-trace (it names the labels of a trace)", field="--phase-map")
     if getattr(args, "from_timings", None):
         return run_from_timings(args)
     values = validate_args(args)
@@ -308,6 +315,23 @@ def run_calibrate(args) -> int:
     return 0
 
 
+def parse_phase_map(text: str | None) -> dict[str, str]:
+    """``critic_step=d,generator_step=g`` -> {label: network}."""
+    if text is None:
+        return {}
+    out: dict[str, str] = {}
+    for item in str(text).split(","):
+        label, sep, net = item.partition("=")
+        label, net = label.strip(), net.strip().lower()
+        if not sep or not label or net not in ("d", "g"):
+            raise UserInputError(f"{item.strip()!r}: allowed: LABEL=d or LABEL=g, comma-separated (a record_function "
+                                 "label and the network whose optimizer steps it encloses)", field="--phase-map")
+        if label in out:
+            raise UserInputError(f"label {label!r} given twice", field="--phase-map")
+        out[label] = net
+    return out
+
+
 def run_from_trace(args) -> int:
     """``gansim calibrate --from-trace``: a profile from torch.profiler Chrome traces."""
     from gansim.calibration.profile import write_profile_atomic
@@ -325,7 +349,8 @@ def run_from_trace(args) -> int:
                                  field="--from-trace")
         if not os.path.isfile(path):
             raise UserInputError("file does not exist", source=path, field="--from-trace")
-    profile = import_traces(args.from_trace, overhead_s_per_event=overhead_s, log=_log,
+    phase_map = parse_phase_map(getattr(args, "phase_map", None))
+    profile = import_traces(args.from_trace, overhead_s_per_event=overhead_s, log=_log, phase_map=phase_map,
                             device_tflops=_optional_number(args.device_tflops, "--device-tflops", "TFLOP/s"),
                             device_memory_bandwidth_GBps=_optional_number(
                                 args.device_memory_bandwidth_GBps, "--device-memory-bandwidth-GBps", "GB/s"))

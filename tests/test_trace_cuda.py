@@ -1,0 +1,81 @@
+"""`--from-trace` on real CUDA traces from HolisticTraceAnalysis (tests/data/hta, MIT): GPU
+stream time per phase, NCCL's kernels as the all-reduce buckets, the device from
+deviceProperties. Every expected figure is worked out here from the trace's JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from gansim.calibration.profile import load_profile
+from gansim.calibration.trace_import import import_traces
+from gansim.cli.main import main
+
+HTA = Path(__file__).parent / "data" / "hta"
+A100 = str(HTA / "nccl_data.json.gz")
+V100 = str(HTA / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def trace_facts(path: str) -> dict:
+    """Per profiled step, from the JSON alone: the GPU time of what the step launched (all
+    of it, and what its optimizer step launched) and the NCCL all-reduce kernels' bytes."""
+    data = json.loads(gzip.open(path).read())
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+    gpu = [(launch[e["args"]["correlation"]], e) for e in events
+           if e.get("cat") in GPU_WORK and e["args"].get("correlation") in launch]
+    facts = []
+    for step in sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"]):
+        lo, hi = step["ts"], step["ts"] + step["dur"]
+        opt = next(e for e in events if e["name"].startswith("Optimizer.step#") and e.get("cat") == "user_annotation"
+                   and lo <= e["ts"] < hi)
+        compute = [(at, e) for at, e in gpu if not e["name"].startswith("nccl")]
+        facts.append({
+            "to_optimizer_end_s": sum(e["dur"] for at, e in compute if lo <= at < opt["ts"] + opt["dur"]) * 1e-6,
+            "optimizer_s": sum(e["dur"] for at, e in compute if opt["ts"] <= at < opt["ts"] + opt["dur"]) * 1e-6,
+            "allreduce_bytes": sorted(e["args"]["In msg nelems"] * 4 for at, e in gpu
+                                      if e["name"].startswith("ncclKernel_AllReduce") and lo <= at < hi
+                                      and e["args"]["dtype"] == "Float"),
+        })
+    return {"steps": facts, "device": data["deviceProperties"][0]["name"], "world_size":
+            data["distributedInfo"]["world_size"]}
+
+
+def test_the_a100_nccl_trace_gives_gpu_phase_times_and_nccl_buckets():
+    facts = trace_facts(A100)
+    profile = import_traces([A100], overhead_s_per_event=0.0)
+    phases = profile.measured.phases[str(facts["world_size"])]
+    steps = facts["steps"]
+    # one SGD step per training step: a one-network training, its phases the g_* ones
+    assert phases["d_forward_s"] == phases["d_backward_s"] == phases["d_optimizer_s"] == 0.0
+    assert phases["g_optimizer_s"] == pytest.approx(statistics.fmean(s["optimizer_s"] for s in steps), rel=1e-9)
+    assert phases["g_forward_s"] + phases["g_backward_s"] + phases["g_optimizer_s"] == pytest.approx(
+        statistics.fmean(s["to_optimizer_end_s"] for s in steps), rel=1e-9)
+    # every step all-reduces the same five buckets; the importer reads them from the host's
+    # record_param_comms, the test from the NCCL kernels on the GPU
+    assert all(s["allreduce_bytes"] == steps[0]["allreduce_bytes"] for s in steps) and len(steps[0]["allreduce_bytes"]) == 5
+    assert sorted(profile.fit.gradient_buckets.generator) == steps[0]["allreduce_bytes"]
+    # the all-reduce sizes and their kernels' times are the communication fit's points
+    assert sorted(p.bytes for p in profile.measured.allreduce) == sorted(set(steps[0]["allreduce_bytes"]))
+    assert profile.fit.beta_s_per_byte > 0
+    assert profile.provenance.device == facts["device"] == "NVIDIA A100-PG509-200"
+    assert (profile.provenance.device_tflops, profile.provenance.device_memory_bandwidth_GBps) == (19.5, 1555.0)
+
+
+def test_the_v100_trace_imports_with_its_device(tmp_path, capsys):
+    facts = trace_facts(V100)
+    out = tmp_path / "v100.json"
+    assert main(["calibrate", "--from-trace", V100, "--out", str(out)]) == 0
+    profile = load_profile(out)
+    assert profile.provenance.device == facts["device"] == "Tesla V100-SXM2-32GB"
+    assert (profile.provenance.device_tflops, profile.provenance.device_memory_bandwidth_GBps) == (15.7, 900.0)
+    phases = profile.measured.phases["1"]
+    assert phases["g_optimizer_s"] == pytest.approx(statistics.fmean(s["optimizer_s"] for s in facts["steps"]),
+                                                    rel=1e-9)
+    # a device of its own: predict on one GPU of the same kind needs no roofline
+    assert main(["predict", "--profile", str(out), "--world-sizes", "1,2", "--json"]) == 0

@@ -1,0 +1,210 @@
+"""`--from-trace` on traces as users make them: a WGAN-GP script with its own labels
+(critic_step, generator_step), stock DDP on gloo, profiled by torch.profiler in the test at
+world sizes 1 and 2; phases from the trace's structure, several runs fitted together."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gansim.calibration.fit import compute_time
+from gansim.calibration.phases import COMPUTE_PHASES
+from gansim.calibration.trace_import import RankTrace, _end, _inside, import_traces, read_trace
+from gansim.cli.main import main
+from tests.cli_checks import run_bad
+
+SCRIPT = Path(__file__).parent / "data" / "wgan_gp_train.py"
+CRITIC_STEPS = 5
+
+
+def profile_script(out: Path, world: int) -> list[str]:
+    """Run the user's script under torchrun's launcher at `world` ranks with its profiler on."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+                    str(SCRIPT), "--trace-dir", str(out), "--warmup", "2", "--profiled-steps", "3"],
+                   check=True, env=env, capture_output=True, timeout=600)
+    return [str(out / f"rank{r}.ws{world}.json.gz") for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[int, list[str]]:
+    out = tmp_path_factory.mktemp("wgan_gp_traces")
+    return {world: profile_script(out, world) for world in (1, 2)}
+
+
+def _labels(trace: RankTrace, name: str, lo: float, hi: float) -> list[dict]:
+    return [e for e in trace.user_labels if e["name"] == name and _inside(e, lo, hi)]
+
+
+def test_optimizer_steps_inside_user_labels_give_the_phases(traces):
+    path = traces[2][0]
+    trace = RankTrace(path, read_trace(path))
+    for lo, hi in trace.step_windows():
+        windows = trace.phase_windows(lo, hi)
+        critics, generator = _labels(trace, "critic_step", lo, hi), _labels(trace, "generator_step", lo, hi)
+        assert len(critics) == CRITIC_STEPS and len(generator) == 1
+        names = [name for name, _, _ in windows]
+        assert names == ["d_forward_s", "d_backward_s", "d_optimizer_s"] * CRITIC_STEPS + \
+            ["g_forward_s", "g_backward_s", "g_optimizer_s"]
+        for label, (fwd, bwd, opt) in zip(critics + generator, zip(*[iter(windows)] * 3)):
+            # the optimizer step is the one inside the label; the backward starts at the
+            # zero_grad the script calls just before loss.backward() (the gradient penalty's
+            # autograd.grad before it stays in the forward)
+            inside = [e for e in trace.host if _inside(e, label["ts"], _end(label))]
+            step = [e for e in inside if e["name"].startswith("Optimizer.step#")]
+            zero_grad = [e for e in inside if e["name"].startswith("Optimizer.zero_grad#")]
+            assert (opt[1], opt[2]) == (step[0]["ts"], _end(step[0]))
+            assert bwd[1] == zero_grad[0]["ts"] and bwd[2] == step[0]["ts"]
+            assert label["ts"] <= fwd[2] == bwd[1]
+    profile = import_traces(traces[2], overhead_s_per_event=0.0)
+    assert profile.provenance.d_steps == CRITIC_STEPS
+    # DDP's one bucket per network (the script's small MLPs), D's all-reduced in each critic step
+    assert len(profile.fit.gradient_buckets.discriminator) == 1 and len(profile.fit.gradient_buckets.generator) == 1
+
+
+def test_a_phase_map_names_the_networks_by_the_users_labels(traces):
+    by_place = import_traces(traces[2], overhead_s_per_event=0.0).measured.profiler.raw_phases
+    mapped = import_traces(traces[2], overhead_s_per_event=0.0,
+                           phase_map={"critic_step": "d", "generator_step": "g"}).measured.profiler.raw_phases
+    assert mapped == by_place
+    swapped = import_traces(traces[2], overhead_s_per_event=0.0,
+                            phase_map={"critic_step": "g", "generator_step": "d"}).measured.profiler.raw_phases
+    assert swapped["d_optimizer_s"] == pytest.approx(by_place["g_optimizer_s"], abs=1e-9)
+
+
+def test_the_users_labels_are_reported_by_their_names(traces):
+    lines: list[str] = []
+    import_traces(traces[1], overhead_s_per_event=0.0, log=lines.append)
+    assert any("your labels a step" in line and "critic_step 5 x" in line and "generator_step 1 x" in line
+               for line in lines), lines
+
+
+def test_runs_of_two_world_sizes_are_fitted_together(traces):
+    profile = import_traces(traces[1] + traces[2], overhead_s_per_event=1e-6)
+    measured, fit = profile.measured, profile.fit
+    assert profile.provenance.world_sizes == [1, 2] and sorted(measured.samples) == ["1", "2"]
+    # compute from the smallest run, core sharing from the larger (fit_from_measurements)
+    assert {k: fit.compute[k] for k in COMPUTE_PHASES} == {k: measured.phases["1"][k] for k in COMPUTE_PHASES}
+    assert fit.core_sharing["2"] == pytest.approx(compute_time(measured.compute_only["2"]) /
+                                                  compute_time(measured.compute_only["1"]))
+    # communication from the world-size-2 run's gloo all-reduces
+    assert {p.world_size for p in measured.allreduce} == {2} and fit.beta_s_per_byte + fit.alpha_s > 0
+
+
+def test_cli_takes_both_runs_and_a_phase_map(traces, tmp_path):
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--from-trace", *traces[1], *traces[2], "--phase-map", "critic_step=d,generator_step=g",
+                 "--profiler-overhead-us", "1", "--out", str(out)]) == 0
+    assert main(["predict", "--profile", str(out), "--world-sizes", "1,2,3", "--json"]) == 0
+
+
+def test_one_optimizer_step_a_step_is_a_one_network_training(traces, tmp_path):
+    data = read_trace(traces[1][0])
+    trace = RankTrace(traces[1][0], data)
+    critic_steps = {id(e) for e in trace.host if e["name"].startswith("Optimizer.step#") and any(
+        _inside(e, c["ts"], _end(c)) for c in trace.user_labels if c["name"] == "critic_step")}
+    kept = [e for e in data["traceEvents"] if not (isinstance(e, dict) and e.get("name", "").startswith(
+        "Optimizer.step#") and any(e.get("ts") == c["ts"] and e.get("name") == c["name"] for c in trace.host
+                                    if id(c) in critic_steps))]
+    path = tmp_path / "one_network.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({**data, "traceEvents": kept}, fh)
+    lines: list[str] = []
+    profile = import_traces([str(path)], overhead_s_per_event=0.0, log=lines.append)
+    assert any("one-network training" in line for line in lines)
+    phases = profile.measured.phases["1"]
+    assert phases["d_forward_s"] == phases["d_backward_s"] == phases["d_optimizer_s"] == 0.0
+    assert phases["g_optimizer_s"] > 0 and profile.fit.gradient_bytes.discriminator == 4
+
+
+def test_a_trace_without_optimizer_steps_is_one_line(traces, tmp_path, capsys):
+    data = read_trace(traces[1][0])
+    data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("Optimizer.step#")]
+    path = tmp_path / "no_steps.json"
+    path.write_text(json.dumps(data))
+    message = run_bad(capsys, ["calibrate", "--from-trace", str(path), "--profiler-overhead-us", "0",
+                               "--out", str(tmp_path / "p.json")])
+    assert "has no optimizer step" in message
+
+
+def test_bad_phase_maps_are_one_line(traces, tmp_path, capsys):
+    out = str(tmp_path / "p.json")
+    for phase_map, says in (("critic_step=x", "allowed: LABEL=d or LABEL=g"), ("critic_step", "allowed: LABEL=d"),
+                            ("a=d,a=g", "given twice"), ("nosuchlabel=d", "no record_function label 'nosuchlabel'")):
+        assert says in run_bad(capsys, ["calibrate", "--from-trace", *traces[1], "--phase-map", phase_map,
+                                        "--profiler-overhead-us", "0", "--out", out])
+    assert "only with --from-trace" in run_bad(capsys, ["calibrate", "--phase-map", "a=d", "--out", out])
+    assert "two traces of rank 0 of world size 1" in run_bad(
+        capsys, ["calibrate", "--from-trace", traces[1][0], traces[1][0], "--profiler-overhead-us", "0", "--out", out])
+
+
+def test_a_sweep_of_one_size_is_bandwidth_alone_and_none_is_free():
+    from gansim.calibration.fit import fit_sweep
+    from gansim.collectives.closed_forms import ring_time
+
+    alpha, beta, residuals = fit_sweep([(2, 4096, 1e-3)], 0.0)
+    assert alpha == 0 and ring_time(2, 4096, 0.0, beta, 0.0) == pytest.approx(1e-3) and residuals == [pytest.approx(0)]
+    assert fit_sweep([], 0.0) == (0.0, 0.0, [])
+
+
+def test_traces_and_script_give_the_same_profile(traces, tmp_path):
+    """The same script's profile by both ways: the same shape (D steps, DDP's buckets and mode,
+    world sizes, buffers). Their times are compared by bench/trace_calibration.py, not here:
+    on a shared machine two runs minutes apart differ by whatever else it runs."""
+    from gansim.calibration.profile import load_profile
+
+    out = tmp_path / "script.json"
+    assert main(["calibrate", "--script", str(SCRIPT), "--world-sizes", "1,2", "--repeats", "1", "--steps", "10",
+                 "--warmup", "3", "--out", str(out)]) == 0
+    script = load_profile(out)
+    trace = import_traces(traces[1] + traces[2])
+    for profile in (script, trace):
+        assert (profile.provenance.d_steps, profile.provenance.mode, profile.provenance.world_sizes) == (5, "ddp", [1, 2])
+    assert trace.fit.gradient_buckets == script.fit.gradient_buckets
+    assert trace.fit.buffer_bytes == script.fit.buffer_bytes
+
+
+COMPILED_GAN = """
+import sys
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+torch.manual_seed(0)
+G = torch.compile(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)), backend="aot_eager")
+D = torch.compile(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)), backend="aot_eager")
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=2),
+             on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
+    for _ in range(4):
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        opt_g.step()
+        prof.step()
+"""
+
+
+def test_optimizer_steps_after_compiled_regions_close_the_networks_steps(tmp_path):
+    path = tmp_path / "compiled.json"
+    subprocess.run([sys.executable, "-c", COMPILED_GAN, str(path)], check=True, capture_output=True, timeout=600,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert any(e["name"].startswith("Torch-Compiled Region") for e in trace.host)
+    for lo, hi in trace.step_windows():
+        windows = trace.phase_windows(lo, hi)
+        assert [name for name, _, _ in windows] == ["d_forward_s", "d_backward_s", "d_optimizer_s",
+                                                    "g_forward_s", "g_backward_s", "g_optimizer_s"]
+        # each backward is the compiled graph's backward and what follows it
+        for name, a, b in windows:
+            backward = [e for e in trace.host if e["name"].startswith("autograd::engine::evaluate_function: Compiled")
+                        and _inside(e, a, b)]
+            assert bool(backward) == name.endswith("backward_s"), name
+    assert not trace.user_labels  # the compiled regions are torch's labels, not the user's
