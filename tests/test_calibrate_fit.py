@@ -363,3 +363,18 @@ def test_steal_share_between_two_readings_of_proc_stat(tmp_path, monkeypatch):
     assert machine.cpu_steal_ticks() == (60, 1000)  # guest time is already in user
     stat.write_text("intr 1 2 3\n")
     assert machine.cpu_steal_ticks() is None
+
+
+def test_a_fit_beyond_the_profiles_ranges_is_one_line_naming_the_figure():
+    """A machine so loaded that the ranks' compute spread is several times its mean fits a
+    compute_cv beyond the profile's 0..2: the calibration ends in one line, not pydantic's report."""
+    pytest.importorskip("torch")
+    from gansim.calibration.pipeline import assemble_profile
+    from gansim.calibration.run_config import CalibrationError
+
+    p = make_profile()
+    fit = p.fit.model_dump()
+    assert assemble_profile(p.provenance, p.measured, fit, "profile.partial.json").fit == p.fit
+    with pytest.raises(CalibrationError, match=r"fit\.compute_cv is out of range .*2.*profile\.partial\.json") as err:
+        assemble_profile(p.provenance, p.measured, dict(fit, compute_cv=5.0), "profile.partial.json")
+    assert "\n" not in str(err.value)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+from pydantic import ValidationError
 
 from gansim.calibration import launch
 from gansim.calibration.communication import buffer_bytes as script_buffer_bytes
@@ -47,6 +48,7 @@ from gansim.calibration.profile import (
     write_profile_atomic,
 )
 from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
+from gansim.core.config import validation_error
 from gansim.core.errors import UserInputError
 from gansim.core.version import __version__
 
@@ -387,12 +389,7 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
         if buckets is not None:
             fit["gradient_buckets"] = buckets
         provenance = provenance.model_copy(update=update)
-        profile = Profile.model_validate({
-            "schema": 1,
-            "provenance": provenance.model_dump(),
-            "measured": rec.measured.model_dump(),
-            "fit": fit,
-        })
+        profile = assemble_profile(provenance, rec.measured, fit, rec.partial)
     except BaseException as exc:
         if rank == 0:
             what = "interrupted" if isinstance(exc, KeyboardInterrupt) else (
@@ -437,3 +434,17 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                 "with other guests, and its timings move with their load, from one minute to the next")
     rec.log(f"wrote {opts.out}")
     return profile
+
+
+def assemble_profile(provenance: Provenance, measured: Measured, fit: dict[str, Any], partial: str) -> Profile:
+    """The profile of a finished calibration. A figure fitted beyond what a profile holds (a
+    compute spread between ranks of several times their mean) comes from a machine too
+    unsteady to calibrate: one line naming the figure, not pydantic's report."""
+    try:
+        return Profile.model_validate({"schema": 1, "provenance": provenance.model_dump(),
+                                       "measured": measured.model_dump(), "fit": fit})
+    except ValidationError as err:
+        problem = validation_error(err, "the fit")
+        raise CalibrationError(f"the fitted {problem.field} is out of range ({problem.message}): the machine was "
+                               "too unsteady while calibrating (other load, CPU steal); what was measured is kept "
+                               f"in {partial}; run again on a quieter machine") from None
