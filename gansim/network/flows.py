@@ -16,7 +16,7 @@ import simpy
 
 # Flows whose finishing times agree to this relative precision end in the same event;
 # floating-point noise must not split a symmetric step into a thousand events.
-_SAME_TIME_RTOL = 1e-9
+SAME_TIME_RTOL = 1e-9
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -297,7 +297,7 @@ class FlowNetwork:
         finish = self._remaining / self._rates
         soonest = float(finish.min())
         # decided now, while remaining/rates are exact: which flows this timer ends
-        self._ending = finish <= soonest * (1 + _SAME_TIME_RTOL)
+        self._ending = finish <= soonest * (1 + SAME_TIME_RTOL)
         generation = self._generation
         self.env.timeout(max(soonest, 0.0)).callbacks.append(lambda _e: self._on_timer(generation))
 
