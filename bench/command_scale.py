@@ -48,20 +48,23 @@ KINDS = {
 AS_INSTALLED = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def measure(command: list[str], repeats: int, timeout_s: float | None = None) -> dict[str, float]:
+def measure(command: list[str], repeats: int, timeout_s: float | None = None, warm_up: bool = True,
+            env: dict[str, str] | None = None) -> dict[str, float]:
     """Median wall s, CPU s and peak RSS (MB) of `command` over `repeats` runs (after one
-    untimed run), each run's figures from wait4: the process and every child it waited
-    for. A run past `timeout_s` is stopped and its figures are marked with "timed_out"
-    (lower bounds)."""
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=AS_INSTALLED,
-                   timeout=timeout_s)
+    untimed run, with `warm_up`), each run's figures from wait4: the process and every child
+    it waited for. A run past `timeout_s` is stopped and its figures are marked with
+    "timed_out" (lower bounds). `env`: variables set for the command beside the bench's."""
+    run_env = {**AS_INSTALLED, **(env or {})}
+    if warm_up:
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=run_env,
+                       timeout=timeout_s)
     walls, cpus, peaks = [], [], []
     timed_out = False
     for _ in range(repeats):
         with tempfile.TemporaryFile() as log:
             start = time.perf_counter()
             proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-                                    env=AS_INSTALLED)
+                                    env=run_env)
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
