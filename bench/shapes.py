@@ -3,13 +3,13 @@
 and the peak resident memory of its largest process, beside the bound it is held to.
 
     python bench/shapes.py [--sizes 1024,16384] [--shapes chunked_ring,nccl,...] [--repeats 1]
-                           [--huge] [--profile PROFILE.json] [--markdown FILE]
+                           [--huge] [--profile PROFILE.json] [--markdown docs/performance.md]
 
 Bounds: 2 s and 500 MB at 1,024 GPUs, 5 s and 1 GB at 16,384, 60 s and 8 GB at 100,000
 (--huge; the limits raised through the environment where the defaults refuse it). A
-command is stopped at three times its wall-time bound (its figures are then lower bounds,
-marked >). Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
-for 10 steps with DDP buckets. `predict` needs a calibration profile: --profile, else a
+command is stopped at three times its bound in CPU seconds (its figures are then lower
+bounds, marked >), which other work on the machine does not move. Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
+for 10 steps with DDP buckets. `predict` (at 1,024 ranks) needs a calibration profile: --profile, else a
 tiny one is calibrated first (torch, a minute)."""
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ SHAPES = {s.name: s for s in (
           lambda gpus: nvswitch_machines(gpus, host_cores=4), GAN, "ring", 10, {"overlap": True}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
+PREDICT_RANKS = 1024  # the size it is held to
 HUGE = ("nccl", "gan_ddp_nccl")  # the shapes run at 100,000 GPUs with --huge
 
 
@@ -123,6 +124,8 @@ def main() -> int:
         for gpus in sizes:
             for name in names:
                 if name == PREDICT:
+                    if gpus != PREDICT_RANKS:
+                        continue
                     profile = args.profile or folder / "profile.json"
                     cases.append((PREDICT, "`gansim predict --world-sizes N`, calibrated CPU host", gpus,
                                   gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)], {}))
@@ -144,7 +147,8 @@ def main() -> int:
         for name, what, gpus, command, env in cases:
             wall_bound, memory_bound = BOUNDS[gpus]
             try:
-                figures = measure(command, args.repeats, timeout_s=3 * wall_bound, warm_up=False, env=env)
+                figures = measure(command, args.repeats, timeout_s=30 * wall_bound, warm_up=False, env=env,
+                                  cpu_limit_s=3 * wall_bound)
                 failure = ""
             except SystemExit as failed:  # the command exited non-zero: its one-line reason
                 figures, failure = None, str(failed).strip().splitlines()[-1]
@@ -154,7 +158,7 @@ def main() -> int:
             print(f"  {name:<18} {gpus:>7} GPUs  {shown}  (bound {wall_bound:g} s, {memory_bound:g} MB)",
                   file=sys.stderr, flush=True)
     lines = [f"Whole commands, default outputs, bytecode cached as a pip install leaves it; median of "
-             f"{args.repeats} run(s); a command is stopped at 3x its wall-time bound (figures marked > are "
+             f"{args.repeats} run(s); a command is stopped at 3x its bound in CPU seconds (figures marked > are "
              f"lower bounds). {os.cpu_count()} cores, load average {load[0]:.2f} at the start "
              f"({started:%Y-%m-%d %H:%M} UTC). Each command is one process on one core, so on an idle machine "
              f"its wall time is its CPU time; where other work shares the cores the wall time grows and the CPU "
@@ -177,8 +181,25 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
-        args.markdown.write_text(text)
+        write_markdown(args.markdown, text)
     return 0
+
+
+BEGIN, END = "<!-- bench/shapes.py: begin -->", "<!-- bench/shapes.py: end -->"
+
+
+def write_markdown(path: Path, table: str) -> None:
+    """The table between the file's BEGIN and END markers (docs/performance.md has them),
+    or as the whole file where it has none; written whole or not at all."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        text = f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}"
+    else:
+        text = table
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 if __name__ == "__main__":
