@@ -5,6 +5,7 @@ the flow network. Returns raw timings; gansim/runner/record.py turns them into f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -115,15 +116,20 @@ class StepBuilder:
         # host-to-device copy as a delay instead of a flow alone on the rank's own resources
         # (simulate() checks afterwards that nothing else used those resources at the same
         # time, and plays the run again with them as flows if something did).
-        large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
+        large = self.large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
-        self.h2d_kind = DELAY if large and cluster.private_h2d() else FLOW
         # With `pooled`, input pipelines that share their host's cores (and nothing else) are
         # timed per pool without events (gansim/network/pools.py); only a run left without
         # flows can, since each phase is timed once every rank's previous task has ended.
         self.pooled = pooled and large and self.loader_kind == FLOW and cluster.loader_pool is not None
         self.pooled_groups: list[PooledGroup] = []
+
+    @cached_property
+    def h2d_kind(self) -> int:
+        """How host-to-device copies are timed (worked out on first use: an all-reduce
+        workload has none, and finding every rank's copy route takes a search per rank)."""
+        return DELAY if self.large and self.cluster.private_h2d() else FLOW
 
     def variability(self) -> np.ndarray | float:
         """Per-rank factors of one compute phase (lognormal, mean 1, cv compute_cv). One rank
