@@ -6,7 +6,7 @@ and the peak resident memory of its largest process, beside the bound it is held
                            [--huge] [--profile PROFILE.json] [--markdown docs/performance.md]
 
 Bounds: 2 s and 500 MB at 1,024 GPUs, 5 s and 1 GB at 16,384, 60 s and 8 GB at 100,000
-(--huge; the limits raised through the environment where the defaults refuse it). A
+(--huge, within the default limits). A
 command is stopped at three times its bound in CPU seconds (its figures are then lower
 bounds, marked >), which other work on the machine does not move. Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
 for 10 steps with DDP buckets. `predict` (at 1,024 ranks) needs a calibration profile: --profile, else a
@@ -31,8 +31,6 @@ from command_scale import AS_INSTALLED, measure  # noqa: E402  (a script beside 
 GAN = "dcgan"
 ALLREDUCE = {"allreduce_bytes": 256 * 1024 * 1024}
 BOUNDS = {1024: (2.0, 500.0), 16384: (5.0, 1000.0), 100_000: (60.0, 8000.0)}
-# what the default limits (gansim/core/limits.py) refuse at 100,000 GPUs, raised as a user would
-HUGE_LIMITS = {"GANSIM_MAX_RANKS": "100000", "GANSIM_MAX_TOPOLOGY_NODES": "300000"}
 
 
 def nvswitch_machines(gpus: int, **intra: object) -> dict:
@@ -139,7 +137,7 @@ def main() -> int:
                 shape = SHAPES[name]
                 path = scenario_file(folder, shape, 100_000)
                 cases.append((name, shape.what, 100_000, gansim + ["simulate", str(path), "--out",
-                                                                     str(folder / "out" / path.stem)], HUGE_LIMITS))
+                                                                     str(folder / "out" / path.stem)], {}))
         if any(name == PREDICT for name, *_ in cases) and args.profile is None:
             calibrated_profile(folder)
         # bytecode written once, as a pip install leaves it

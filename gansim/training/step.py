@@ -357,13 +357,18 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     if not plays and not alone.size:
         return _WORK if groups_overlap(timeline.pooled) else None
     network = timeline.cluster.network
-    flows = np.flatnonzero(g.kind == FLOW)
-    flow_row, flow_resource = network.route_pairs(g.route[flows])
     alone_row, alone_resource = network.route_pairs(g.route[alone])
     idle = np.zeros(network.capacity.size, dtype=bool)
     idle[list(timeline.cluster.idle_pools)] = True
     keep = ~idle[alone_resource]
     alone_row, alone_resource = alone_row[keep], alone_resource[keep]
+    # flows matter only on resources a play or an alone task used (what `contended` keeps)
+    wanted = np.zeros(network.capacity.size, dtype=bool)
+    wanted[alone_resource] = True
+    for play in plays:
+        wanted[play.resource_spans()[0]] = True
+    flows = np.flatnonzero(g.kind == FLOW)
+    flow_row, flow_resource = network.route_pairs_on(g.route[flows], wanted)
     flow_rows = (flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row])
     alone_rows = (alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
     # first as flows would be (a play beside them stays contended whatever they become)
