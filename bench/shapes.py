@@ -15,7 +15,6 @@ tiny one is calibrated first (torch, a minute)."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -114,7 +113,6 @@ def main() -> int:
         parser.error(f"--shapes: unknown {bad}; one of {[*SHAPES, PREDICT]}")
     gansim = [sys.executable, "-m", "gansim"]
     load = os.getloadavg()
-    started = dt.datetime.now(dt.timezone.utc)
     rows = []
     with tempfile.TemporaryDirectory(prefix="gansim-shapes-") as tmp:
         folder = Path(tmp)
@@ -157,8 +155,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
     lines = [f"Whole commands, default outputs, bytecode cached as a pip install leaves it; median of "
              f"{args.repeats} run(s); a command is stopped at 3x its bound in CPU seconds (figures marked > are "
-             f"lower bounds). {os.cpu_count()} cores, load average {load[0]:.2f} at the start "
-             f"({started:%Y-%m-%d %H:%M} UTC). Each command is one process on one core, so on an idle machine "
+             f"lower bounds). {os.cpu_count()} cores, load average {load[0]:.2f} at the start. Each command is one process on one core, so on an idle machine "
              f"its wall time is its CPU time; where other work shares the cores the wall time grows and the CPU "
              f"time does not, so `within` compares the CPU time (user + system) and the peak memory with the "
              f"bound.", "",
