@@ -94,3 +94,41 @@ def test_a_run_that_needs_events_keeps_its_input_pipelines_as_flows(monkeypatch)
     flowed, _ = run(monkeypatch, False, algorithm="nccl", overlap=True)
     assert pooled == 0
     assert batched["step_time_s"] == pytest.approx(flowed["step_time_s"], rel=1e-9)
+
+
+def test_flow_routes_kept_only_on_wanted_resources_batch_by_batch():
+    import simpy
+
+    from gansim.network.cluster import Cluster
+
+    topo = topology_from_dict({"name": "few-cores", **FEW_CORES}, "test")
+    network = Cluster(topo, 12, simpy.Environment()).network
+    routes = np.array([network.add_route(np.array(r), 0.0) for r in ([0, 1, 2], [3], [2, 4, 5, 6], [1, 6])])
+    wanted = np.zeros(network.capacity.size, dtype=bool)
+    wanted[[1, 2, 6]] = True
+    flow, res = network.route_pairs(routes)
+    keep = wanted[res]
+    for batch in (1, 2, 3, 1 << 20):  # routes split across batches, or all in one
+        got_flow, got_res = network.route_pairs_on(routes, wanted, rows_per_batch=batch)
+        assert got_flow.tolist() == flow[keep].tolist() and got_res.tolist() == res[keep].tolist()
+
+
+def test_nccl_plans_of_several_sizes_sharing_hops_equal_plans_made_alone():
+    import simpy
+
+    from gansim.collectives.nccl import nccl_state, plan
+    from gansim.network.cluster import Cluster
+
+    topo = topology_from_dict({"name": "m", "generator": "multi_node", "params": {"nodes": 4, "gpus_per_node": 4}},
+                              "test")
+    sizes = [1 << 20, 3 << 20, 64 << 20, (64 << 20) + 4]
+    cluster = Cluster(topo, 16, simpy.Environment())
+    shared = nccl_state(cluster)
+    together = [plan(cluster, shared, "all_reduce", float(n)) for n in sizes]
+    assert len(shared.machine.channel_hops) < len(sizes)  # some sizes did share their hops
+    for n, got in zip(sizes, together):
+        alone_cluster = Cluster(topo, 16, simpy.Environment())
+        alone = plan(alone_cluster, nccl_state(alone_cluster), "all_reduce", float(n))
+        assert got.choice == alone.choice
+        assert [(f.amount, f.resources.tolist(), f.weights.tolist(), f.channels) for f in got.flows] == \
+            [(f.amount, f.resources.tolist(), f.weights.tolist(), f.channels) for f in alone.flows]
