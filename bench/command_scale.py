@@ -23,6 +23,8 @@ import argparse
 import datetime as dt
 import math
 import os
+import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,20 +50,25 @@ KINDS = {
 AS_INSTALLED = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def measure(command: list[str], repeats: int, timeout_s: float | None = None) -> dict[str, float]:
+def measure(command: list[str], repeats: int, timeout_s: float | None = None, warm_up: bool = True,
+            env: dict[str, str] | None = None, cpu_limit_s: float | None = None) -> dict[str, float]:
     """Median wall s, CPU s and peak RSS (MB) of `command` over `repeats` runs (after one
-    untimed run), each run's figures from wait4: the process and every child it waited
-    for. A run past `timeout_s` is stopped and its figures are marked with "timed_out"
-    (lower bounds)."""
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=AS_INSTALLED,
-                   timeout=timeout_s)
+    untimed run, with `warm_up`), each run's figures from wait4: the process and every child
+    it waited for. A run past `timeout_s` is stopped and its figures are marked with
+    "timed_out" (lower bounds); so is one stopped by the kernel past `cpu_limit_s` seconds
+    of CPU time (RLIMIT_CPU: a bound that other work on the machine does not move). `env`:
+    variables set for the command beside the bench's."""
+    run_env = {**AS_INSTALLED, **(env or {})}
+    if warm_up:
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=run_env,
+                       timeout=timeout_s)
     walls, cpus, peaks = [], [], []
     timed_out = False
     for _ in range(repeats):
         with tempfile.TemporaryFile() as log:
             start = time.perf_counter()
             proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-                                    env=AS_INSTALLED)
+                                    env=run_env, preexec_fn=None if cpu_limit_s is None else _cpu_limit(cpu_limit_s))
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
@@ -74,6 +81,8 @@ def measure(command: list[str], repeats: int, timeout_s: float | None = None) ->
                 time.sleep(0.02)
             walls.append(time.perf_counter() - start)
             proc.returncode = os.waitstatus_to_exitcode(status)
+            if cpu_limit_s is not None and proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+                timed_out = True
             if timed_out:
                 cpus.append(usage.ru_utime + usage.ru_stime)
                 peaks.append(usage.ru_maxrss / 1024)
@@ -85,6 +94,16 @@ def measure(command: list[str], repeats: int, timeout_s: float | None = None) ->
         peaks.append(usage.ru_maxrss / 1024)  # kB on Linux
     return {"wall": statistics.median(walls), "wall_min": min(walls), "wall_max": max(walls),
             "cpu": statistics.median(cpus), "rss": statistics.median(peaks), "timed_out": timed_out}
+
+
+def _cpu_limit(seconds: float):
+    """A preexec_fn that holds the command (and each process it starts) to `seconds` of CPU."""
+    limit = max(1, math.ceil(seconds))
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
+
+    return apply
 
 
 def scenario_file(folder: Path, name: str, topology: dict, workload, algorithm: str, gpus: int, steps: int,

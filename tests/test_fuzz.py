@@ -290,7 +290,7 @@ def limit_cases() -> Iterator[Case]:
     yield sim("elastic-over-rank-limit", replaced(GOOD, ("elastic", "max_gpus"), 10**6), "GANSIM_MAX_RANKS")
     for name, generator, params, env in (
         ("multi-node-10-million", "multi_node", {"nodes": 1250000, "gpus_per_node": 8}, {}),
-        ("multi-node-over-ranks", "multi_node", {"nodes": 2049, "gpus_per_node": 8}, {}),
+        ("multi-node-over-ranks", "multi_node", {"nodes": 12501, "gpus_per_node": 8}, {}),  # 100,008 GPUs
         ("ring-10-million", "ring", {"gpus": 10**7}, {}),
         ("fully-connected-links", "fully_connected", {"gpus": 100}, {"GANSIM_MAX_TOPOLOGY_LINKS": "1000"}),
         ("cpu-host-nodes", "cpu_host", {"ranks": 50}, {"GANSIM_MAX_TOPOLOGY_NODES": "20"}),

@@ -210,6 +210,35 @@ def _channel_loads(cluster: Cluster, machine: NcclMachine, proto: str, kernels_G
     channels (or one channel twice) take is worked out once; the channels then gather
     their hops' loads in hop order, so every sum adds its terms in the order the hops come."""
     wire = WIRE_BYTES_PER_DATA_BYTE[proto]
+    # the hops' loads do not depend on the message size: collectives of several sizes (a
+    # GAN's DDP buckets) on the same channels and protocol share them
+    key = (wire, tuple((s.tobytes(), r.tobytes(), nics) for s, r, nics in channels))
+    table = machine.channel_hops.get(key)
+    if table is None:
+        table = machine.channel_hops[key] = _hop_table(cluster, machine, wire, channels)
+    senders, inverse, lengths, starts, all_resources, all_weights = table
+    kernel_weight = _kernel_weight(kernels_GBps)
+    kernels = np.asarray(cluster.kernel_resource, dtype=np.int64)[senders]
+    out = []
+    first = 0
+    for s, _, _ in channels:
+        ids, sent = inverse[first:first + len(s)], kernels[first:first + len(s)]
+        first += len(s)
+        count = lengths[ids]
+        take = np.repeat(starts[ids] - (np.cumsum(count) - count), count) + np.arange(count.sum())
+        res, w = all_resources[take], all_weights[take]
+        if kernel_weight > 0:
+            sent = sent[sent >= 0]
+            res = np.concatenate([res, sent])
+            w = np.concatenate([w, np.full(sent.size, kernel_weight)])
+        out.append(_merged(res, w))
+    return out
+
+
+def _hop_table(cluster: Cluster, machine: NcclMachine, wire: float, channels: list[Channel]) -> tuple:
+    """Every distinct hop of the channels, its resources and weights laid end to end:
+    (senders, each channel hop's distinct hop, per distinct hop its count of resources and
+    where they start, the resources, the weights)."""
     choices = list(dict.fromkeys(nics for _, _, nics in channels))
     senders = np.concatenate([s for s, _, _ in channels]).astype(np.int64)
     receivers = np.concatenate([r for _, r, _ in channels]).astype(np.int64)
@@ -233,22 +262,7 @@ def _channel_loads(cluster: Cluster, machine: NcclMachine, proto: str, kernels_G
         lengths[i] = len(res)
     all_resources, all_weights = np.asarray(resources, dtype=np.int64), np.asarray(weights, dtype=float)
     starts = np.cumsum(lengths) - lengths
-    kernel_weight = _kernel_weight(kernels_GBps)
-    kernels = np.asarray(cluster.kernel_resource, dtype=np.int64)[senders]
-    out = []
-    first = 0
-    for s, _, _ in channels:
-        ids, sent = inverse[first:first + len(s)], kernels[first:first + len(s)]
-        first += len(s)
-        count = lengths[ids]
-        take = np.repeat(starts[ids] - (np.cumsum(count) - count), count) + np.arange(count.sum())
-        res, w = all_resources[take], all_weights[take]
-        if kernel_weight > 0:
-            sent = sent[sent >= 0]
-            res = np.concatenate([res, sent])
-            w = np.concatenate([w, np.full(sent.size, kernel_weight)])
-        out.append(_merged(res, w))
-    return out
+    return senders, inverse, lengths, starts, all_resources, all_weights
 
 
 def _group(flows: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[ChannelFlow, ...]:

@@ -201,6 +201,9 @@ class NcclMachine:
     nic: NicModel | None = None  # the NICs' net plugin (NIC_MODELS), None: NCCL's own transport
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
+    # gansim/collectives/nccl.py's loads of every hop of a set of channels, per protocol's wire
+    # factor and channels (the same for every message size)
+    channel_hops: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     _nic_bws: dict[tuple[int, str], float] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ building

@@ -101,6 +101,8 @@ class PlayPlan:
     # slot, bytes / rate (when the schedule is small enough to keep them)
     carried: list[np.ndarray] | None = None
     durations: list[np.ndarray] | None = None
+    # per base array that steps' bounds are windows of (a ring's): bytes per element of it
+    _window_bytes: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
@@ -133,11 +135,34 @@ class PlayPlan:
     def amount(self, k: int) -> np.ndarray:
         """Bytes per slot of step k."""
         step = self.schedule.steps[k]
-        amount = (step.hi - step.lo) * self.bytes_per_element
+        amount = self._window_amount(step)
+        if amount is None:
+            amount = (step.hi - step.lo) * self.bytes_per_element
         shape = self.shapes[self.step_shape[k]]
         if shape.merged:
             amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
         return amount
+
+    def _window_amount(self, step: Step) -> np.ndarray | None:
+        """Bytes per transfer of `step` as a slice, where its bounds are equal windows of two
+        base arrays (a ring's steps are windows of its bounds tiled three times): the base's
+        bytes, worked out once, are the same floating-point products as the step's own."""
+        hi, lo = step.hi, step.lo
+        hi_base, lo_base = hi.base, lo.base
+        if (not isinstance(hi_base, np.ndarray) or not isinstance(lo_base, np.ndarray)
+                or hi_base.shape != lo_base.shape or not hi_base.flags.c_contiguous
+                or not lo_base.flags.c_contiguous or hi.strides != (hi.itemsize,) or lo.strides != (lo.itemsize,)
+                or hi_base.dtype != hi.dtype or lo_base.dtype != lo.dtype):
+            return None
+        hi_at = (hi.__array_interface__["data"][0] - hi_base.__array_interface__["data"][0]) // hi.itemsize
+        lo_at = (lo.__array_interface__["data"][0] - lo_base.__array_interface__["data"][0]) // lo.itemsize
+        if hi_at != lo_at:
+            return None
+        key = (id(hi_base), id(lo_base))
+        window_bytes = self._window_bytes.get(key)
+        if window_bytes is None:
+            window_bytes = self._window_bytes[key] = (hi_base.ravel() - lo_base.ravel()) * self.bytes_per_element
+        return window_bytes[hi_at:hi_at + hi.size]
 
 
 @dataclass
@@ -224,10 +249,10 @@ class UncontendedPlay:
                     np.maximum.at(done, shape.dst, finish)
             if step.reduce and gamma > 0:
                 done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
-            if shape.send_slot is not None:
-                t[:] = done
-            else:
+            if shape.send_slot is None:
                 t[shape.takes_part] = done[shape.takes_part]
+            elif done is not t:  # (a successor ring's step already ended in t itself)
+                t[:] = done
             if first_start[index] is None:
                 first_start[index] = start.copy()
             if last_step[index] == k:

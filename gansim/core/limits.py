@@ -62,8 +62,11 @@ class Limit:
 
 RUNS = Limit("runs", 10_000, "runs in one scenario (sweep combinations x GPU counts x algorithms, "
                              "1-GPU baselines included)")
-RANKS = Limit("ranks", 16_384, "rank devices (GPUs or CPU ranks)")
-TOPOLOGY_NODES = Limit("topology_nodes", 200_000, "nodes in a topology")
+# 100,000 GPUs: what docs/performance.md shows running in under a minute (an nccl
+# all-reduce over 12,500 machines); their topology has about 2.25 nodes per GPU (host,
+# NVSwitch, one NIC per GPU, the network switch)
+RANKS = Limit("ranks", 100_000, "rank devices (GPUs or CPU ranks)")
+TOPOLOGY_NODES = Limit("topology_nodes", 500_000, "nodes in a topology")
 TOPOLOGY_LINKS = Limit("topology_links", 1_000_000, "links in a topology")
 STEPS = Limit("steps", 100_000, "simulated steps in one run (training steps x discriminator steps per generator step)")
 D_STEPS = Limit("d_steps", 1_000, "discriminator steps per generator step")

@@ -113,6 +113,7 @@ class Cluster:
         self.private_loader = all(capacity[route[0]] == 1.0 and set(route[1:]) <= self.idle_pools
                                   for route in loader_routes)
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
+        self.loader_pool = _shared_loader_pools(compute_routes, loader_routes, self.idle_pools)
         self._node_routes: dict[tuple[str, str], int] = {}
         self._h2d_routes: np.ndarray | None = None
         # per participant tuple: sorted keys (src * participants + dst) and their route ids
@@ -245,3 +246,19 @@ def _idle_pools(compute_routes: list[list[int]], loader_routes: list[list[int]],
         for res in route[1:]:
             loaders[res] = loaders.get(res, 0) + 1
     return {res for res, count in loaders.items() if res not in busy and count <= capacity[res]}
+
+
+def _shared_loader_pools(compute_routes: list[list[int]], loader_routes: list[list[int]],
+                         idle_pools: set[int]) -> np.ndarray | None:
+    """Per rank, the host core pool its input pipeline shares with other ranks' and with
+    nothing else (gansim/network/pools.py times such pipelines without events); None unless
+    every rank's pipeline is its own loader thread on such a pool, and some pool can fill."""
+    busy = {res for route in compute_routes for res in route}
+    pools = []
+    for route in loader_routes:
+        if len(route) != 2 or route[0] in busy or route[1] in busy:
+            return None
+        pools.append(route[1])
+    if set(pools) <= idle_pools:
+        return None
+    return np.array(pools, dtype=np.int64)

@@ -36,6 +36,12 @@ def ran_alone(kind: np.ndarray, route: np.ndarray) -> np.ndarray:
     return (kind == DELAY) & (route >= 0)
 
 
+def carried_work(kind: np.ndarray, route: np.ndarray) -> np.ndarray:
+    """Which tasks carried their amount over their route: flows, work that ran alone and
+    solved work with a route (gansim/network/pools.py)."""
+    return (kind == FLOW) | ((kind != FLOW) & (route >= 0))
+
+
 # solve(now, end) -> the end time of each of its tasks, from the end times of its tasks'
 # predecessors (`end`, which holds at least those)
 Solver = Callable[[float, np.ndarray], np.ndarray]
@@ -104,9 +110,11 @@ class TaskGraph:
         self.size += n
         return ids
 
-    def add_solved(self, rank: np.ndarray, category: int, label: str, solve: Solver) -> np.ndarray:
-        """Tasks (one per entry of `rank`) whose end times `solve` gives when they start."""
-        ids = self.add(SOLVED, -1, 0.0, rank, category, label)
+    def add_solved(self, rank: np.ndarray, category: int, label: str, solve: Solver,
+                   route: np.ndarray | int = -1, amount: np.ndarray | float = 0.0) -> np.ndarray:
+        """Tasks (one per entry of `rank`) whose end times `solve` gives when they start; with
+        a route, each is work of `amount` on it (what the run's resources carried)."""
+        ids = self.add(SOLVED, route, amount, rank, category, label, count=np.asarray(rank).size)
         self._solved.append((int(ids[0]), int(ids.size), solve))
         return ids
 
@@ -206,14 +214,19 @@ def _durations(graph: FrozenGraph, network: FlowNetwork) -> np.ndarray:
     return duration
 
 
-def _solve(graph: FrozenGraph, tasks: np.ndarray, now: float, end: np.ndarray) -> np.ndarray:
-    """Durations of solved tasks started now (never negative: a solver that finds one of
-    its tasks ending before it started says so itself)."""
+def _solve(graph: FrozenGraph, tasks: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Durations of solved tasks that start at `start` (never negative: a solver that finds
+    one of its tasks ending before it started says so itself). Each solver is asked once,
+    at the first of its tasks' starts."""
     out = np.zeros(tasks.size)
-    for first, count, solver in graph.solved:
-        mine = (tasks >= first) & (tasks < first + count)
-        if mine.any():
-            out[mine] = np.maximum(solver(now, end)[tasks[mine] - first] - now, 0.0)
+    firsts = np.array([first for first, _, _ in graph.solved], dtype=np.int64)
+    group = np.searchsorted(firsts, tasks, side="right") - 1
+    for g in distinct(group):
+        first, count, solver = graph.solved[int(g)]
+        mine = group == g
+        their_start = start[mine]
+        ends = solver(float(their_start.min()), end)[tasks[mine] - first]
+        out[mine] = np.maximum(ends - their_start, 0.0)
     return out
 
 
@@ -241,7 +254,7 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             durations = duration[delays]
             solved = graph.kind[delays] == SOLVED
             if solved.any():
-                durations[solved] = _solve(graph, delays[solved], now, end)
+                durations[solved] = _solve(graph, delays[solved], np.full(int(solved.sum()), now), end)
             instant = delays[durations <= 0.0]
             timed = delays[durations > 0.0]
             if timed.size:
@@ -295,12 +308,7 @@ def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Exec
         durations = duration[wave]
         solved = graph.kind[wave] == SOLVED
         if solved.any():
-            tasks, their_start = wave[solved], at[solved]
-            solved_durations = np.empty(tasks.size)
-            for instant in distinct(their_start):
-                same = their_start == instant
-                solved_durations[same] = _solve(graph, tasks[same], float(instant), end)
-            durations[solved] = solved_durations
+            durations[solved] = _solve(graph, wave[solved], at[solved], end)
         end[wave] = np.where(durations > 0.0, at + durations, at)
         before, succ = _successors(graph, wave)
         if not succ.size:

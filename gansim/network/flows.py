@@ -16,7 +16,7 @@ import simpy
 
 # Flows whose finishing times agree to this relative precision end in the same event;
 # floating-point noise must not split a symmetric step into a thousand events.
-_SAME_TIME_RTOL = 1e-9
+SAME_TIME_RTOL = 1e-9
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -168,6 +168,29 @@ class FlowNetwork:
         offsets = np.arange(pair_flow.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         return pair_flow, self._route_flat[np.repeat(starts, lengths) + offsets]
 
+    def route_pairs_on(self, routes: np.ndarray, wanted: np.ndarray,
+                       rows_per_batch: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+        """route_pairs(routes) without the pairs whose resource is not `wanted` (a mask over
+        resources), worked out a batch of routes at a time: a collective's flow may cross
+        thousands of resources, and all of a run's flows together tens of millions."""
+        self._sync_routes()
+        lengths = self._route_ptr[routes + 1] - self._route_ptr[routes]
+        ends = np.cumsum(lengths)
+        flow_parts, res_parts = [], []
+        first = 0
+        while first < routes.size:
+            # as many routes as fit in the batch's rows (at least one)
+            last = max(int(np.searchsorted(ends, (ends[first] - lengths[first]) + rows_per_batch, side="right")),
+                       first + 1)
+            flow, res = self.route_pairs(routes[first:last])
+            keep = wanted[res]
+            flow_parts.append(flow[keep] + first)
+            res_parts.append(res[keep])
+            first = last
+        if not flow_parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(flow_parts), np.concatenate(res_parts)
+
     def route_pair_weights(self, routes: np.ndarray) -> np.ndarray | None:
         """The weights of `route_pairs(routes)`, in the same order (None: all 1)."""
         self._sync_routes()
@@ -297,7 +320,7 @@ class FlowNetwork:
         finish = self._remaining / self._rates
         soonest = float(finish.min())
         # decided now, while remaining/rates are exact: which flows this timer ends
-        self._ending = finish <= soonest * (1 + _SAME_TIME_RTOL)
+        self._ending = finish <= soonest * (1 + SAME_TIME_RTOL)
         generation = self._generation
         self.env.timeout(max(soonest, 0.0)).callbacks.append(lambda _e: self._on_timer(generation))
 

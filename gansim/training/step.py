@@ -5,6 +5,7 @@ the flow network. Returns raw timings; gansim/runner/record.py turns them into f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -27,8 +28,10 @@ from gansim.network.engine import (
     FrozenGraph,
     TaskGraph,
     execute,
+    carried_work,
     ran_alone,
 )
+from gansim.network.pools import PooledGroup, groups_overlap
 from gansim.training.memory import (
     bytes_per_gradient_element,
     quantize_seconds,
@@ -64,12 +67,13 @@ class RunTimeline:
     step_ends: np.ndarray  # per step: the task per rank that ends it, shape (steps, ranks)
     steps: int
     gradient_bytes_per_step: float
+    pooled: list[PooledGroup]  # input phases timed on shared host core pools without events
 
     def carried_per_resource(self) -> np.ndarray:
         """Work every resource carried over the run (bytes on links, seconds on compute):
         its flows on the flow network, and the transfers of collectives played without it."""
         g = self.graph
-        flows = (g.kind == FLOW) | ran_alone(g.kind, g.route)
+        flows = carried_work(g.kind, g.route)
         routes, amounts = [g.route[flows]], [g.amount[flows]]
         for span in self.spans:
             if span.play is not None:
@@ -97,7 +101,8 @@ def ddp_buckets(tensor_bytes: list[float], first_bucket: float, bucket: float) -
 
 
 class StepBuilder:
-    def __init__(self, cluster: Cluster, graph: TaskGraph, comm: Communicator, point: RunPoint, alone: bool):
+    def __init__(self, cluster: Cluster, graph: TaskGraph, comm: Communicator, point: RunPoint, alone: bool,
+                 pooled: bool = False):
         self.cluster = cluster
         self.graph = graph
         self.comm = comm
@@ -111,10 +116,20 @@ class StepBuilder:
         # host-to-device copy as a delay instead of a flow alone on the rank's own resources
         # (simulate() checks afterwards that nothing else used those resources at the same
         # time, and plays the run again with them as flows if something did).
-        large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
+        large = self.large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
-        self.h2d_kind = DELAY if large and cluster.private_h2d() else FLOW
+        # With `pooled`, input pipelines that share their host's cores (and nothing else) are
+        # timed per pool without events (gansim/network/pools.py); only a run left without
+        # flows can, since each phase is timed once every rank's previous task has ended.
+        self.pooled = pooled and large and self.loader_kind == FLOW and cluster.loader_pool is not None
+        self.pooled_groups: list[PooledGroup] = []
+
+    @cached_property
+    def h2d_kind(self) -> int:
+        """How host-to-device copies are timed (worked out on first use: an all-reduce
+        workload has none, and finding every rank's copy route takes a search per rank)."""
+        return DELAY if self.large and self.cluster.private_h2d() else FLOW
 
     def variability(self) -> np.ndarray | float:
         """Per-rank factors of one compute phase (lognormal, mean 1, cv compute_cv). One rank
@@ -186,9 +201,7 @@ class StepBuilder:
                                  "host overhead", count=cluster.ranks)
             graph.depend(after, overhead)
             after = overhead
-        prep = graph.add(self.loader_kind, cluster.loader_route, phases.data_host_s * cluster.loader_scale, self.ranks, DATA,
-                         "data: host prep")
-        graph.depend(after, prep)
+        prep = self.input_phase(after, phases.data_host_s * cluster.loader_scale)
         h2d_routes = cluster.h2d_routes()
         if (h2d_routes >= 0).all() and phases.sample_bytes > 0:
             copy = graph.add(self.h2d_kind, h2d_routes, phases.sample_bytes * phases.batch, self.ranks, DATA,
@@ -209,6 +222,25 @@ class StepBuilder:
         after = self.network_step(after, "G", phases.g_forward_s, phases.g_backward_s, phases.g_optimizer_s,
                                   workload.g_param_tensors, bytes_per_param, g_again)
         return self.regularization_steps(after, "G", step, workload, phases, bytes_per_param)
+
+    def input_phase(self, after: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """Each rank's loader thread assembling its batch, after its `after` task."""
+        cluster, graph = self.cluster, self.graph
+        if not self.pooled:
+            prep = graph.add(self.loader_kind, cluster.loader_route, seconds, self.ranks, DATA, "data: host prep")
+            graph.depend(after, prep)
+            return prep
+        network = cluster.network
+        _, own = network.route_pairs(cluster.loader_route)
+        group = PooledGroup(entry=np.asarray(after, dtype=np.int64),
+                            amount=np.broadcast_to(np.asarray(seconds, dtype=float), self.ranks.shape).copy(),
+                            own_capacity=network.capacity[own[::2]], pool=cluster.loader_pool,
+                            pool_capacity=network.capacity)
+        self.pooled_groups.append(group)
+        prep = graph.add_solved(self.ranks, DATA, "data: host prep", group.solve, route=cluster.loader_route,
+                                amount=group.amount)
+        graph.depend(after, prep)
+        return prep
 
     def regularization_steps(self, after: np.ndarray, net: str, step: int, workload: GanWorkload,
                              phases: StepPhases, bytes_per_param: float) -> np.ndarray:
@@ -298,7 +330,7 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     if a play did, wholly on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
-                         uncontended)
+                         uncontended, pooled=uncontended)
     shared = _what_was_shared(timeline)
     if shared == _WORK:
         timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
@@ -316,32 +348,40 @@ _PLAYS, _WORK = "plays", "work"
 def _what_was_shared(timeline: RunTimeline) -> str | None:
     """_PLAYS when a play shared a resource at the same time with anything else (a flow,
     another play, a delay timed as alone on its route) or left a rank early; else _WORK when
-    such a delay shared one with a flow or another such delay; else None. Host core pools
+    such a delay shared one with a flow or another such delay, or input phases timed on a
+    shared pool met on it; else None. Host core pools
     that cannot bind (Cluster.idle_pools) are no one's to share."""
     g, ex = timeline.graph, timeline.execution
     plays = [span.play for span in timeline.spans if span.play is not None]
     alone = np.flatnonzero(ran_alone(g.kind, g.route))
     if not plays and not alone.size:
-        return None
+        return _WORK if groups_overlap(timeline.pooled) else None
     network = timeline.cluster.network
-    flows = np.flatnonzero(g.kind == FLOW)
-    flow_row, flow_resource = network.route_pairs(g.route[flows])
     alone_row, alone_resource = network.route_pairs(g.route[alone])
     idle = np.zeros(network.capacity.size, dtype=bool)
     idle[list(timeline.cluster.idle_pools)] = True
     keep = ~idle[alone_resource]
     alone_row, alone_resource = alone_row[keep], alone_resource[keep]
+    # flows matter only on resources a play or an alone task used (what `contended` keeps)
+    wanted = np.zeros(network.capacity.size, dtype=bool)
+    wanted[alone_resource] = True
+    for play in plays:
+        wanted[play.resource_spans()[0]] = True
+    flows = np.flatnonzero(g.kind == FLOW)
+    flow_row, flow_resource = network.route_pairs_on(g.route[flows], wanted)
     flow_rows = (flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row])
     alone_rows = (alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
     # first as flows would be (a play beside them stays contended whatever they become)
     if plays and uncontended_plays.contended(plays, *(np.concatenate(x) for x in zip(flow_rows, alone_rows))):
         return _PLAYS
+    if groups_overlap(timeline.pooled):
+        return _WORK
     return _WORK if uncontended_plays.contended([], *flow_rows, *alone_rows) else None
 
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
-              alone: bool) -> RunTimeline:
+              alone: bool, pooled: bool = False) -> RunTimeline:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -351,7 +391,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                         nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto,
                         nccl_version=point.options.nccl_version,
                         uncontended_min_transfers=uncontended_min_transfers, keep_transfers=keep_transfers)
-    builder = StepBuilder(cluster, graph, comm, point, alone)
+    builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
     if isinstance(workload, AllreduceWorkload):
@@ -367,5 +407,11 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
             after = builder.gan_step(after, workload, phases, step)
             step_ends.append(after)
     frozen = graph.freeze()
+    if builder.pooled_groups and bool((frozen.kind == FLOW).any()):
+        # the run needs events after all, and pooled phases must start after every rank's
+        # previous task: built again with them as flows
+        return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers,
+                         uncontended_min_transfers, alone, pooled=False)
     execution = execute(frozen, env, cluster.network)
-    return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes)
+    return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes,
+                       builder.pooled_groups)

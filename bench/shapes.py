@@ -1,0 +1,201 @@
+"""Every shape of scenario a user may write, timed as the user runs it: the whole command
+(`gansim simulate SCENARIO` with its default outputs, or `gansim predict`), its wall time
+and the peak resident memory of its largest process, beside the bound it is held to.
+
+    python bench/shapes.py [--sizes 1024,16384] [--shapes chunked_ring,nccl,...] [--repeats 1]
+                           [--huge] [--profile PROFILE.json] [--markdown docs/performance.md]
+
+Bounds: 2 s and 500 MB at 1,024 GPUs, 5 s and 1 GB at 16,384, 60 s and 8 GB at 100,000
+(--huge, within the default limits). A
+command is stopped at three times its bound in CPU seconds (its figures are then lower
+bounds, marked >), which other work on the machine does not move. Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
+for 10 steps with DDP buckets. `predict` (at 1,024 ranks) needs a calibration profile: --profile, else a
+tiny one is calibrated first (torch, a minute)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from command_scale import AS_INSTALLED, measure  # noqa: E402  (a script beside this one)
+
+GAN = "dcgan"
+ALLREDUCE = {"allreduce_bytes": 256 * 1024 * 1024}
+BOUNDS = {1024: (2.0, 500.0), 16384: (5.0, 1000.0), 100_000: (60.0, 8000.0)}
+
+
+def nvswitch_machines(gpus: int, **intra: object) -> dict:
+    return {"generator": "multi_node", "params": {"nodes": gpus // 8, "gpus_per_node": 8, "intra": "nvswitch",
+                                                  "intra_params": dict(intra), "nic_bandwidth_GBps": 25}}
+
+
+def dgx1_machines(gpus: int) -> dict:
+    return {"generator": "multi_node", "params": {"nodes": gpus // 8, "intra": "dgx1"}}
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    what: str
+    topology: object  # gpus -> topology body
+    workload: object
+    algorithm: str
+    steps: int = 1
+    options: dict | None = None
+
+
+SHAPES = {s.name: s for s in (
+    Shape("chunked_ring", "ring all-reduce in 4 chunks (`chunks: 4`), NVSwitch machines", nvswitch_machines,
+          ALLREDUCE, "ring", options={"chunks": 4}),
+    Shape("nccl", "`nccl` all-reduce, NVSwitch machines", nvswitch_machines, ALLREDUCE, "nccl"),
+    Shape("hierarchical_ring", "`hierarchical_ring` all-reduce, NVSwitch machines", nvswitch_machines, ALLREDUCE,
+          "hierarchical_ring"),
+    Shape("dgx1", "ring all-reduce, DGX-1 machines", dgx1_machines, ALLREDUCE, "ring"),
+    Shape("gan_ddp_ring", f"`{GAN}` with DDP buckets, ring, NVSwitch machines", nvswitch_machines, GAN, "ring",
+          10, {"overlap": True}),
+    Shape("gan_ddp_nccl", f"`{GAN}` with DDP buckets, nccl, NVSwitch machines", nvswitch_machines, GAN, "nccl",
+          10, {"overlap": True}),
+    Shape("few_host_cores", f"`{GAN}` with DDP buckets, ring, 4 host cores for 8 GPUs",
+          lambda gpus: nvswitch_machines(gpus, host_cores=4), GAN, "ring", 10, {"overlap": True}),
+)}
+PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
+PREDICT_RANKS = 1024  # the size it is held to
+HUGE = ("nccl", "gan_ddp_nccl")  # the shapes run at 100,000 GPUs with --huge
+
+
+def scenario_file(folder: Path, shape: Shape, gpus: int) -> Path:
+    name = f"{shape.name}-{gpus}"
+    topology = folder / f"{name}-topology.yaml"
+    topology.write_text(yaml.safe_dump({"name": f"{name}-topology", **shape.topology(gpus)}, sort_keys=False))
+    body = {"name": name, "topology": topology.name, "workload": shape.workload, "gpus": [gpus],
+            "algorithms": [shape.algorithm], "steps": shape.steps}
+    if shape.options:
+        body["options"] = shape.options
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def calibrated_profile(folder: Path) -> Path:
+    """A tiny calibration of this machine's CPU host (2 gloo ranks, a few steps)."""
+    out = folder / "profile.json"
+    subprocess.run([sys.executable, "-m", "gansim", "calibrate", "--world-sizes", "1,2", "--steps", "3", "--warmup",
+                    "1", "--batch-size", "8", "--sizes", "4K:1M", "--sweep-iters", "3", "--repeats", "1",
+                    "--out", str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=AS_INSTALLED)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1024,16384", help="GPU counts (each with its bound: 1024, 16384)")
+    parser.add_argument("--shapes", default=",".join([*SHAPES, PREDICT]))
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--huge", action="store_true", help=f"also {', '.join(HUGE)} at 100,000 GPUs")
+    parser.add_argument("--profile", type=Path, help="calibration profile for `predict` (default: calibrate one)")
+    parser.add_argument("--markdown", type=Path, help="also write the table to this Markdown file")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    unknown = [s for s in sizes if s not in BOUNDS]
+    if unknown:
+        parser.error(f"--sizes: no bound for {unknown}; one of {sorted(BOUNDS)}")
+    names = [n for n in args.shapes.split(",") if n]
+    bad = [n for n in names if n not in SHAPES and n != PREDICT]
+    if bad:
+        parser.error(f"--shapes: unknown {bad}; one of {[*SHAPES, PREDICT]}")
+    gansim = [sys.executable, "-m", "gansim"]
+    load = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gansim-shapes-") as tmp:
+        folder = Path(tmp)
+        cases: list[tuple[str, str, int, list[str], dict]] = []
+        for gpus in sizes:
+            for name in names:
+                if name == PREDICT:
+                    if gpus != PREDICT_RANKS:
+                        continue
+                    profile = args.profile or folder / "profile.json"
+                    cases.append((PREDICT, "`gansim predict --world-sizes N`, calibrated CPU host", gpus,
+                                  gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)], {}))
+                    continue
+                shape = SHAPES[name]
+                path = scenario_file(folder, shape, gpus)
+                cases.append((name, shape.what, gpus, gansim + ["simulate", str(path), "--out",
+                                                                  str(folder / "out" / path.stem)], {}))
+        if args.huge:
+            for name in HUGE:
+                shape = SHAPES[name]
+                path = scenario_file(folder, shape, 100_000)
+                cases.append((name, shape.what, 100_000, gansim + ["simulate", str(path), "--out",
+                                                                     str(folder / "out" / path.stem)], {}))
+        if any(name == PREDICT for name, *_ in cases) and args.profile is None:
+            calibrated_profile(folder)
+        # bytecode written once, as a pip install leaves it
+        subprocess.run(gansim + ["--help"], stdout=subprocess.DEVNULL, env=AS_INSTALLED, check=True)
+        for name, what, gpus, command, env in cases:
+            wall_bound, memory_bound = BOUNDS[gpus]
+            try:
+                figures = measure(command, args.repeats, timeout_s=30 * wall_bound, warm_up=False, env=env,
+                                  cpu_limit_s=3 * wall_bound)
+                failure = ""
+            except SystemExit as failed:  # the command exited non-zero: its one-line reason
+                figures, failure = None, str(failed).strip().splitlines()[-1]
+            rows.append((name, what, gpus, env, figures, failure))
+            shown = failure or (f"wall {figures['wall']:6.2f} s  CPU {figures['cpu']:6.2f} s  peak {figures['rss']:6.0f} MB"
+                                + ("  (stopped)" if figures["timed_out"] else ""))
+            print(f"  {name:<18} {gpus:>7} GPUs  {shown}  (bound {wall_bound:g} s, {memory_bound:g} MB)",
+                  file=sys.stderr, flush=True)
+    lines = [f"Whole commands, default outputs, bytecode cached as a pip install leaves it; median of "
+             f"{args.repeats} run(s); a command is stopped at 3x its bound in CPU seconds (figures marked > are "
+             f"lower bounds). {os.cpu_count()} cores, load average {load[0]:.2f} at the start. Each command is one process on one core, so on an idle machine "
+             f"its wall time is its CPU time; where other work shares the cores the wall time grows and the CPU "
+             f"time does not, so `within` compares the CPU time (user + system) and the peak memory with the "
+             f"bound.", "",
+             "| shape | what | GPUs | wall s | CPU s | peak MB | bound | within |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, what, gpus, env, f, failure in rows:
+        wall_bound, memory_bound = BOUNDS[gpus]
+        where = f" ({', '.join(f'{k}={v}' for k, v in env.items())})" if env else ""
+        if f is None:
+            lines.append(f"| {name} | {what}{where} | {gpus:,} | failed: {failure} | | | {wall_bound:g} s, "
+                         f"{memory_bound:g} MB | no |")
+            continue
+        more = ">" if f["timed_out"] else ""
+        within = not f["timed_out"] and f["cpu"] <= wall_bound and f["rss"] <= memory_bound
+        lines.append(f"| {name} | {what}{where} | {gpus:,} | {more}{f['wall']:.2f} | {more}{f['cpu']:.2f} | "
+                     f"{more}{f['rss']:.0f} | "
+                     f"{wall_bound:g} s, {memory_bound:g} MB | {'yes' if within else 'no'} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        write_markdown(args.markdown, text)
+    return 0
+
+
+BEGIN, END = "<!-- bench/shapes.py: begin -->", "<!-- bench/shapes.py: end -->"
+
+
+def write_markdown(path: Path, table: str) -> None:
+    """The table between the file's BEGIN and END markers (docs/performance.md has them),
+    or as the whole file where it has none; written whole or not at all."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        text = f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}"
+    else:
+        text = table
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
