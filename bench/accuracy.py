@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from gansim.calibration.machine import cpu_steal_ticks, steal_between
+from gansim.calibration.ranks.machine import cpu_steal_ticks, steal_between
 from gansim.core.files import atomic_write as write_text_atomic
 
 HERE = Path(__file__).resolve().parent

@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from gansim.calibration.machine import cpu_steal_ticks, steal_between  # noqa: E402
+from gansim.calibration.ranks.machine import cpu_steal_ticks, steal_between  # noqa: E402
 
 FAR_FROM_MEDIAN = 0.10
 

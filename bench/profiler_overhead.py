@@ -4,7 +4,7 @@ record_function label, per operator event (forward, backward, optimizer). Each c
 rounds, unprofiled then profiled (``record_shapes``, ``with_flops``, as make_trace records),
 and prints the median extra per event by the wall clock and by the thread's CPU time
 (``time.thread_time``), which is what ``gansim calibrate --from-trace`` removes
-(:func:`gansim.calibration.trace_import.measure_profiler_overhead`).
+(:func:`gansim.calibration.traces.importer.measure_profiler_overhead`).
 
 Usage::
 

@@ -16,7 +16,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from gansim.calibration.timings import read_timings
+from gansim.calibration.fit.timings import read_timings
 from gansim.prediction.calibrated import predict
 from gansim.prediction.from_timings import calibrate_from_timings
 

@@ -24,10 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gansim.calibration.profile import load_profile
-from gansim.calibration.trace_import import import_traces
+from gansim.calibration.profile.schema import load_profile
+from gansim.calibration.traces.importer import import_traces
 from gansim.prediction.calibrated import predict
-from gansim.calibration.phases import COMPUTE_PHASES
+from gansim.calibration.profile.phases import COMPUTE_PHASES
 
 SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "data" / "wgan_gp_train.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -80,8 +80,8 @@ def test_parse_sizes_units():
 def test_cli_does_not_import_torch_and_explains_how_to_install():
     code = (
         "import sys; sys.modules['torch'] = None\n"  # makes `import torch` fail
-        "import gansim.calibration, gansim.cli.calibrate, gansim.calibration.fit, gansim.calibration.profile\n"
-        "import gansim.calibration.run_config\n"
+        "import gansim.calibration, gansim.cli.calibrate, gansim.calibration.fit.measurements, gansim.calibration.profile.schema\n"
+        "import gansim.calibration.ranks.run_config\n"
         "from gansim.core.errors import UserInputError\n"
         "import argparse\n"
         "p = argparse.ArgumentParser(); s = p.add_subparsers()\n"
@@ -96,8 +96,8 @@ def test_cli_does_not_import_torch_and_explains_how_to_install():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ERR" in out.stdout and INSTALL_HINT in out.stdout
-    code2 = ("import sys, gansim.cli.calibrate, gansim.calibration.profile, gansim.calibration.fit, "
-             "gansim.calibration.run_config; print('torch' in sys.modules)")
+    code2 = ("import sys, gansim.cli.calibrate, gansim.calibration.profile.schema, gansim.calibration.fit.measurements, "
+             "gansim.calibration.ranks.run_config; print('torch' in sys.modules)")
     out2 = subprocess.run([sys.executable, "-c", code2], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert out2.stdout.strip() == "False", out2.stderr
@@ -116,7 +116,7 @@ def test_nccl_without_cuda_is_a_clear_user_error(tmp_path):
 
 def test_end_to_end_tiny_calibration(tmp_path, capsys):
     pytest.importorskip("torch")
-    from gansim.calibration.profile import load_profile
+    from gansim.calibration.profile.schema import load_profile
 
     out = tmp_path / "profile.json"
     rc = main(["calibrate", "--world-sizes", "1,2", "--steps", "3", "--warmup", "1",
@@ -178,7 +178,7 @@ def test_under_torchrun(tmp_path):
     """The multi-node path: ranks started by torchrun (here 2 on this machine), world size
     1 on a subgroup, rank 0 writes the profile."""
     pytest.importorskip("torch")
-    from gansim.calibration.profile import load_profile
+    from gansim.calibration.profile.schema import load_profile
 
     out = tmp_path / "profile.json"
     res = calibrate_under_torchrun(tmp_path, ["--world-sizes", "1,2", "--steps", "3", "--warmup", "1",

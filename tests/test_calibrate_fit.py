@@ -1,4 +1,4 @@
-"""gansim.calibration.fit and gansim.calibration.profile: the alpha-beta fit, profile round trip, bad files,
+"""gansim.calibration.fit.measurements and gansim.calibration.profile.schema: the alpha-beta fit, profile round trip, bad files,
 atomic writes, and a failed calibration never touching a good profile."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import os
 import numpy as np
 import pytest
 
-from gansim.calibration.fit import (
+from gansim.calibration.fit.measurements import (
     core_sharing,
     fit_alpha_beta,
     fit_from_measurements,
     fit_gamma,
     phase_means,
 )
-from gansim.calibration.profile import (
+from gansim.calibration.profile.schema import (
     Measured,
     PartialProfile,
     Profile,
@@ -263,8 +263,9 @@ def test_atomic_write_never_leaves_a_half_file(tmp_path, monkeypatch):
 @pytest.mark.parametrize("failure", ["error", "interrupt"])
 def test_failed_calibration_keeps_old_profile_and_leaves_partial(tmp_path, monkeypatch, failure):
     pytest.importorskip("torch")
-    from gansim.calibration import launch, pipeline
-    from gansim.calibration.run_config import CalibrationError, RunConfig
+    from gansim.calibration import pipeline
+    from gansim.calibration.ranks import launch
+    from gansim.calibration.ranks.run_config import CalibrationError, RunConfig
 
     out = tmp_path / "profile.json"
     write_profile_atomic(make_profile(), out)
@@ -319,7 +320,7 @@ def test_core_sharing_compares_compute_phases_not_the_step_with_its_alignment_wa
 
 
 def test_compute_variability_keeps_what_one_rank_suffers_alone():
-    from gansim.calibration.fit import compute_variability
+    from gansim.calibration.fit.measurements import compute_variability
 
     rng = np.random.default_rng(5)
     common = rng.normal(0, 3.0, 20000)  # the whole machine slows down: delays nobody
@@ -337,7 +338,7 @@ def test_compute_variability_keeps_what_one_rank_suffers_alone():
 
 
 def test_median_of_means_ignores_a_slow_minority_of_repeats():
-    from gansim.calibration.fit import median_of_means, repeat_phase_means
+    from gansim.calibration.fit.measurements import median_of_means, repeat_phase_means
 
     # five repeats of four steps; the second ran in a slow spell of the machine
     values = [10.0] * 4 + [30.0] * 4 + [11.0] * 4 + [9.0] * 4 + [10.5] * 4
@@ -348,7 +349,7 @@ def test_median_of_means_ignores_a_slow_minority_of_repeats():
 
 
 def test_steal_share_between_two_readings_of_proc_stat(tmp_path, monkeypatch):
-    from gansim.calibration import machine
+    from gansim.calibration.ranks import machine
 
     assert machine.steal_between((10, 1000), (30, 1200)) == pytest.approx(0.1)
     assert machine.steal_between((10, 1000), (10, 1500)) == 0.0
@@ -370,7 +371,7 @@ def test_a_fit_beyond_the_profiles_ranges_is_one_line_naming_the_figure():
     compute_cv beyond the profile's 0..2: the calibration ends in one line, not pydantic's report."""
     pytest.importorskip("torch")
     from gansim.calibration.pipeline import assemble_profile
-    from gansim.calibration.run_config import CalibrationError
+    from gansim.calibration.ranks.run_config import CalibrationError
 
     p = make_profile()
     fit = p.fit.model_dump()

@@ -1,4 +1,4 @@
-"""gansim.calibration.models: the paper's GAN exactly, DCGAN shapes, custom factories."""
+"""gansim.calibration.ranks.models: the paper's GAN exactly, DCGAN shapes, custom factories."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the calibrate extra; installed in CI
 
-from gansim.calibration.models import (  # noqa: E402
+from gansim.calibration.ranks.models import (  # noqa: E402
     MODELS,
     build_model,
     check_model_shapes,
@@ -93,7 +93,7 @@ def test_custom_factory_from_file(tmp_path):
 
 def test_custom_factory_module_form(tmp_path, monkeypatch):
     (tmp_path / "gan_mod_for_test.py").write_text(
-        "from gansim.calibration.models import paper_mlp_gan as make\n")
+        "from gansim.calibration.ranks.models import paper_mlp_gan as make\n")
     monkeypatch.chdir(tmp_path)
     g, d, latent, shape = build_model("gan_mod_for_test:make")
     assert trainable_parameters(g) == 2_051_384

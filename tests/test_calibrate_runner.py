@@ -1,4 +1,4 @@
-"""gansim.calibration.launch (and the tasks it runs): real gloo runs at world size 2, faults ending the run in bounded time,
+"""gansim.calibration.ranks.launch (and the tasks it runs): real gloo runs at world size 2, faults ending the run in bounded time,
 port selection with a busy port."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the calibrate extra; installed in CI
 
-from gansim.calibration.faults import FaultSpec
-from gansim.calibration.launch import (
+from gansim.calibration.ranks.faults import FaultSpec
+from gansim.calibration.ranks.launch import (
     create_store,
     find_free_port,
     run_local,
     run_training,
 )
-from gansim.calibration.phases import COMPUTE_PHASES, PHASES, STEP  # noqa: E402
-from gansim.calibration.run_config import CalibrationError, RunConfig  # noqa: E402
+from gansim.calibration.profile.phases import COMPUTE_PHASES, PHASES, STEP  # noqa: E402
+from gansim.calibration.ranks.run_config import CalibrationError, RunConfig  # noqa: E402
 
 SMALL = dict(steps=4, warmup=1, batch_size=16, timeout_s=30.0)
 

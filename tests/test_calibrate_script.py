@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the calibrate extra; installed in CI
 
-from gansim.calibration.communication import buffer_bytes, gradient_buckets, summarize  # noqa: E402
-from gansim.calibration.launch import run_local  # noqa: E402
-from gansim.calibration.phases import STEP  # noqa: E402
-from gansim.calibration.run_config import RunConfig, ScriptSpec  # noqa: E402
+from gansim.calibration.fit.communication import buffer_bytes, gradient_buckets, summarize  # noqa: E402
+from gansim.calibration.ranks.launch import run_local  # noqa: E402
+from gansim.calibration.profile.phases import STEP  # noqa: E402
+from gansim.calibration.ranks.run_config import RunConfig, ScriptSpec  # noqa: E402
 from gansim.cli.main import main  # noqa: E402
 from tests.cli_checks import calibrate_under_torchrun, run_bad  # noqa: E402
 
@@ -53,7 +53,7 @@ def test_examples_calibrate_at_world_sizes_1_and_2_and_all_reduce_ddps_buckets(e
 def test_a_script_under_torchrun_runs_on_every_rank_and_world_size_1_on_its_own(tmp_path):
     """The multi-node path on one machine: 2 ranks started by torchrun each run the script
     (world size 1: rank 0 alone, in a world of its own), rank 0 writes the profile."""
-    from gansim.calibration.profile import load_profile
+    from gansim.calibration.profile.schema import load_profile
 
     out = tmp_path / "profile.json"
     res = calibrate_under_torchrun(tmp_path, [
@@ -135,7 +135,8 @@ def test_script_flags_are_checked(tmp_path, capsys):
 
 
 def test_markers_are_no_ops_outside_gansim():
-    from gansim.calibration import instrument, phase, step
+    from gansim.calibration import phase, step
+    from gansim.calibration.ranks import instrument
 
     assert instrument._recorder is None
     with phase("not even a phase name"):

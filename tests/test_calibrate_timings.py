@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gansim.calibration.profile import load_profile
-from gansim.calibration.timings import read_timings
+from gansim.calibration.profile.schema import load_profile
+from gansim.calibration.fit.timings import read_timings
 from gansim.cli.main import main
 from gansim.prediction.calibrated import predict
 from gansim.prediction.from_timings import calibrate_from_timings

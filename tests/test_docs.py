@@ -205,7 +205,7 @@ def test_every_json_output_of_the_commands_is_on_the_formats_page(capsys):
 
 def input_models() -> list[type[pydantic.BaseModel]]:
     """The models a user's scenario, topology and profile are read into."""
-    from gansim.calibration import profile
+    from gansim.calibration.profile import schema as profile
     from gansim.core import config
 
     internal = {config.ProfiledWorkloadSpec, config.StepPhaseFigures}  # built from a profile, never written

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gansim.calibration.profile import Profile
+from gansim.calibration.profile.schema import Profile
 from gansim.cli.main import main
 from gansim.prediction.calibrated import predict, profile_workload
 

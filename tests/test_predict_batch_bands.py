@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gansim.calibration.timings import read_timings
+from gansim.calibration.fit.timings import read_timings
 from gansim.cli.main import main
 from gansim.outputs.report import speedup_figure
 from gansim.prediction.bands import band_errors

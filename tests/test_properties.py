@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gansim.calibration.profile import load_profile
+from gansim.calibration.profile.schema import load_profile
 from gansim.core.config import Scenario, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml

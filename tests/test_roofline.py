@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gansim.calibration.profile import PhaseCost
+from gansim.calibration.profile.schema import PhaseCost
 from gansim.core.errors import UserInputError
 from gansim.prediction.roofline import DeviceFigures, measured_device, phase_scaling, scale_phases
 from gansim.training.workloads import StepPhases
@@ -39,8 +39,8 @@ def test_a_missing_device_figure_is_an_error_not_a_ratio_of_one():
 def test_predict_on_another_gpu_needs_the_measured_devices_figures(tmp_path, capsys):
     from tests.test_trace_import import TRACES
 
-    from gansim.calibration.profile import write_profile_atomic
-    from gansim.calibration.trace_import import import_traces
+    from gansim.calibration.profile.schema import write_profile_atomic
+    from gansim.calibration.traces.importer import import_traces
 
     profile = import_traces(TRACES, overhead_s_per_event=0.0)
     path = tmp_path / "p.json"

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from gansim.calibration.profile import Profile
+from gansim.calibration.profile.schema import Profile
 from gansim.cli.main import main
 from gansim.prediction.calibrated import predict
 from gansim.topology.graph import load_topology

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gansim.calibration.profile import load_profile
-from gansim.calibration.trace_import import import_traces
+from gansim.calibration.profile.schema import load_profile
+from gansim.calibration.traces.importer import import_traces
 from gansim.cli.main import main
 
 HTA = Path(__file__).parent / "data" / "hta"

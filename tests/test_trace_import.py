@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gansim.calibration.profile import load_profile
-from gansim.calibration.trace_import import RankTrace, import_traces, read_trace
+from gansim.calibration.profile.schema import load_profile
+from gansim.calibration.traces.importer import RankTrace, import_traces, read_trace
 from gansim.cli.main import main
 from gansim.prediction.calibrated import predict
 from tests.cli_checks import run_bad

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gansim.calibration.fit import compute_time
-from gansim.calibration.phases import COMPUTE_PHASES
-from gansim.calibration.trace_import import RankTrace, _end, _inside, import_traces, read_trace
+from gansim.calibration.fit.measurements import compute_time
+from gansim.calibration.profile.phases import COMPUTE_PHASES
+from gansim.calibration.traces.importer import RankTrace, _end, _inside, import_traces, read_trace
 from gansim.cli.main import main
 from tests.cli_checks import run_bad
 
@@ -145,7 +145,7 @@ def test_bad_phase_maps_are_one_line(traces, tmp_path, capsys):
 
 
 def test_a_sweep_of_one_size_is_bandwidth_alone_and_none_is_free():
-    from gansim.calibration.fit import fit_sweep
+    from gansim.calibration.fit.measurements import fit_sweep
     from gansim.collectives.closed_forms import ring_time
 
     alpha, beta, residuals = fit_sweep([(2, 4096, 1e-3)], 0.0)
@@ -157,7 +157,7 @@ def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     """The same script's profile by both ways: the same shape (D steps, DDP's buckets and mode,
     world sizes, buffers). Their times are compared by bench/trace_calibration.py, not here:
     on a shared machine two runs minutes apart differ by whatever else it runs."""
-    from gansim.calibration.profile import load_profile
+    from gansim.calibration.profile.schema import load_profile
 
     out = tmp_path / "script.json"
     assert main(["calibrate", "--script", str(SCRIPT), "--world-sizes", "1,2", "--repeats", "1", "--steps", "10",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gansim.calibration.models import buffer_bytes, build_model, trainable_parameters
+from gansim.calibration.ranks.models import buffer_bytes, build_model, trainable_parameters
 from gansim.training.workloads import ARCHITECTURES
 
 

@@ -32,7 +32,7 @@ from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS, SIMULATE_PARTI
 # Each function imports the layers it uses when called: `gansim nccl-tests` should not pay
 # for loading the what-ifs, nor `gansim simulate` for the profile's models.
 if TYPE_CHECKING:
-    from gansim.calibration.profile import Profile, Provenance
+    from gansim.calibration.profile.schema import Profile, Provenance
     from gansim.prediction.calibrated import Prediction
     from gansim.prediction.nccl_tests_table import NcclTestsRow
     from gansim.runner.scenario import LoadedScenario
@@ -286,7 +286,7 @@ def predict(profile: "str | os.PathLike[str] | Profile", world_sizes: Sequence[i
     Raises:
         UserInputError: A bad profile, topology or world size, with the command's message.
     """
-    from gansim.calibration.profile import Profile, load_profile
+    from gansim.calibration.profile.schema import Profile, load_profile
     from gansim.prediction.calibrated import predict as predict_profile
     from gansim.topology.graph import Topology, load_topology
 
@@ -450,7 +450,7 @@ def validate(profile: "str | os.PathLike[str] | None" = None, *, published: bool
         check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     if published is not False:
         return _validate_published(None if published is True else str(published), out_dir)
-    from gansim.calibration.profile import load_profile
+    from gansim.calibration.profile.schema import load_profile
     from gansim.prediction.profile_validation import validate as validate_profile
 
     source = os.fspath(profile)  # type: ignore[arg-type]

@@ -58,30 +58,30 @@ build fresh modules each time. Real data are not needed: batches are synthetic i
 
 Python API
 ----------
-- :mod:`gansim.calibration.models`: ``MODELS`` registry, ``build_model(spec)``, ``gradient_bytes``.
-- :mod:`gansim.calibration.run_config`: ``RunConfig``, ``TASKS``, ``CalibrationError``.
-- :mod:`gansim.calibration.launch` (process management): ``run_local(cfg, world_size, tasks)``,
+- :mod:`gansim.calibration.ranks.models`: ``MODELS`` registry, ``build_model(spec)``, ``gradient_bytes``.
+- :mod:`gansim.calibration.ranks.run_config`: ``RunConfig``, ``TASKS``, ``CalibrationError``.
+- :mod:`gansim.calibration.ranks.launch` (process management): ``run_local(cfg, world_size, tasks)``,
   ``run_training(cfg, world_size)``, ``run_tasks_in_group`` and ``init_from_env`` (torchrun).
-- :mod:`gansim.calibration.training_loop` (the timed step), :mod:`gansim.calibration.microbench`
-  (all-reduce sweep, local reduction), :mod:`gansim.calibration.tasks` (what a rank runs),
-  :mod:`gansim.calibration.timing` (devices, synchronisation, barriers),
-  :mod:`gansim.calibration.faults` (status, injected faults, the failure message),
-  :mod:`gansim.calibration.costs` (each phase's FLOPs and bytes, counted in the last
+- :mod:`gansim.calibration.ranks.training_loop` (the timed step), :mod:`gansim.calibration.ranks.microbench`
+  (all-reduce sweep, local reduction), :mod:`gansim.calibration.ranks.tasks` (what a rank runs),
+  :mod:`gansim.calibration.ranks.timing` (devices, synchronisation, barriers),
+  :mod:`gansim.calibration.ranks.faults` (status, injected faults, the failure message),
+  :mod:`gansim.calibration.ranks.costs` (each phase's FLOPs and bytes, counted in the last
   warm-up step of the built-in loop and of a user's script, for the roofline).
-- A user's own loop: :mod:`gansim.calibration.instrument` (``phase()``, ``step()``),
-  :mod:`gansim.calibration.script_rank` (one rank of ``--script``),
-  :mod:`gansim.calibration.communication` (buckets and buffers from the collectives issued),
-  :mod:`gansim.calibration.trace_import` (``--from-trace``).
-- :mod:`gansim.calibration.fit`: ``fit_alpha_beta(points, gamma)`` (the ring closed form of
+- A user's own loop: :mod:`gansim.calibration.ranks.instrument` (``phase()``, ``step()``),
+  :mod:`gansim.calibration.ranks.script` (one rank of ``--script``),
+  :mod:`gansim.calibration.fit.communication` (buckets and buffers from the collectives issued),
+  :mod:`gansim.calibration.traces.importer` (``--from-trace``).
+- :mod:`gansim.calibration.fit.measurements`: ``fit_alpha_beta(points, gamma)`` (the ring closed form of
   :mod:`gansim.collectives.closed_forms`), ``fit_gamma(points)``, ``fit_from_measurements``.
-- :mod:`gansim.calibration.profile`: ``Profile`` (schema 1), ``load_profile(path)``,
+- :mod:`gansim.calibration.profile.schema`: ``Profile`` (schema 1), ``load_profile(path)``,
   ``write_profile_atomic(profile, path)``.
 - :mod:`gansim.calibration.pipeline`: ``run_calibration(options)``, the whole command.
 
-Importing this package, :mod:`gansim.calibration.fit`, :mod:`gansim.calibration.profile`,
-:mod:`gansim.calibration.run_config` or :mod:`gansim.cli.calibrate` does not import torch.
+Importing this package, :mod:`gansim.calibration.fit.measurements`, :mod:`gansim.calibration.profile.schema`,
+:mod:`gansim.calibration.ranks.run_config` or :mod:`gansim.cli.calibrate` does not import torch.
 """
 
-from gansim.calibration.instrument import phase, step
+from gansim.calibration.ranks.instrument import phase, step
 
 __all__ = ["phase", "step"]

@@ -15,25 +15,25 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from pydantic import ValidationError
 
-from gansim.calibration import launch
-from gansim.calibration.communication import buffer_bytes as script_buffer_bytes
-from gansim.calibration.communication import gradient_buckets, summarize, unframed
-from gansim.calibration.fit import (
+from gansim.calibration.ranks import launch
+from gansim.calibration.fit.communication import buffer_bytes as script_buffer_bytes
+from gansim.calibration.fit.communication import gradient_buckets, summarize, unframed
+from gansim.calibration.fit.measurements import (
     fit_from_measurements,
     median_of_means,
     phase_means,
     repeat_phase_means,
 )
-from gansim.calibration.machine import (
+from gansim.calibration.ranks.machine import (
     cores,
     cpu_name,
     cpu_steal_ticks,
     load_average,
     steal_between,
 )
-from gansim.calibration.models import buffer_bytes, build_model, gradient_bytes
-from gansim.calibration.phases import STEP
-from gansim.calibration.profile import (
+from gansim.calibration.ranks.models import buffer_bytes, build_model, gradient_bytes
+from gansim.calibration.profile.phases import STEP
+from gansim.calibration.profile.schema import (
     NOTABLE_STEAL,
     UNSTEADY_SPREAD,
     AllreducePoint,
@@ -47,7 +47,7 @@ from gansim.calibration.profile import (
     partial_path,
     write_profile_atomic,
 )
-from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
+from gansim.calibration.ranks.run_config import CalibrationError, RunConfig, ScriptSpec
 from gansim.core.config import validation_error
 from gansim.core.errors import UserInputError
 from gansim.core.version import __version__

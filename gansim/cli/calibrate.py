@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from gansim.calibration.run_config import CalibrationError, RunConfig, ScriptSpec
+from gansim.calibration.ranks.run_config import CalibrationError, RunConfig, ScriptSpec
 from gansim.cli.args import number, positive_int_list, whole_number
 from gansim.core import limits
 from gansim.core.config import parse_size
@@ -232,8 +232,8 @@ def validate_args(args) -> dict:
 def _check_torch_side(values: dict) -> None:
     import torch
 
-    from gansim.calibration.launch import launched_by_torchrun
-    from gansim.calibration.models import check_model_shapes
+    from gansim.calibration.ranks.launch import launched_by_torchrun
+    from gansim.calibration.ranks.models import check_model_shapes
 
     if not launched_by_torchrun():  # every rank is a process on this machine
         limits.WORKERS.check(max(values["world_sizes"]), field="--world-sizes")
@@ -276,7 +276,7 @@ def run_calibrate(args) -> int:
     _check_torch_side(values)
 
     from gansim.calibration import pipeline
-    from gansim.calibration.profile import partial_path
+    from gansim.calibration.profile.schema import partial_path
 
     cfg = RunConfig(
         model=values["model"],
@@ -334,8 +334,8 @@ def parse_phase_map(text: str | None) -> dict[str, str]:
 
 def run_from_trace(args) -> int:
     """``gansim calibrate --from-trace``: a profile from torch.profiler Chrome traces."""
-    from gansim.calibration.profile import write_profile_atomic
-    from gansim.calibration.trace_import import import_traces
+    from gansim.calibration.profile.schema import write_profile_atomic
+    from gansim.calibration.traces.importer import import_traces
 
     out = _check_out(args.out)
     overhead = getattr(args, "profiler_overhead_us", None)
@@ -361,8 +361,8 @@ def run_from_trace(args) -> int:
 
 def run_from_timings(args) -> int:
     """``gansim calibrate --from-timings``: a profile from a table of reported timings."""
-    from gansim.calibration.profile import write_profile_atomic
-    from gansim.calibration.timings import read_timings
+    from gansim.calibration.profile.schema import write_profile_atomic
+    from gansim.calibration.fit.timings import read_timings
     from gansim.prediction.from_timings import calibrate_from_timings, describe
 
     out = _check_out(args.out)

@@ -25,7 +25,7 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from gansim.calibration.profile import Profile
+from gansim.calibration.profile.schema import Profile
 from gansim.core.config import TrainingOptions
 from gansim.prediction.published import BANDS, compare, load_published, summarize
 from gansim.training.workloads import GanWorkload

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gansim.calibration.phases import COMPUTE_PHASES
-from gansim.calibration.profile import NETWORK_PHASES, Profile
+from gansim.calibration.profile.phases import COMPUTE_PHASES
+from gansim.calibration.profile.schema import NETWORK_PHASES, Profile
 from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError

@@ -1,6 +1,6 @@
 """``gansim calibrate --from-timings``: a profile from a table of reported timings.
 
-The table's rows are fitted to the step model of gansim/calibration/timings.py; the
+The table's rows are fitted to the step model of gansim/calibration/fit/timings.py; the
 communication each row contains is the network model's (the simulator's collectives for the
 workload's gradients on the topology the timings came from, with no compute), never fitted.
 The profile it writes predicts with that topology by default; every row's residual is the
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from gansim.calibration.profile import (
+from gansim.calibration.profile.schema import (
     NETWORK_PHASES,
     Fit,
     GradientBuckets,
@@ -24,7 +24,7 @@ from gansim.calibration.profile import (
     TimingsFigures,
     TimingsRow,
 )
-from gansim.calibration.timings import FIGURES, TimingRow, TimingsFit, fit_timings
+from gansim.calibration.fit.timings import FIGURES, TimingRow, TimingsFit, fit_timings
 from gansim.collectives.schedules import ALGORITHMS
 from gansim.core.config import GanWorkloadSpec, TrainingOptions, parse
 from gansim.core.errors import UserInputError

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gansim.calibration.profile import Profile, load_profile
+from gansim.calibration.profile.schema import Profile, load_profile
 from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures, parse, validation_error
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gansim.calibration.profile import UNSTEADY_SPREAD, Profile, repeat_spread
+from gansim.calibration.profile.schema import UNSTEADY_SPREAD, Profile, repeat_spread
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import predict
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from gansim.calibration.profile import PhaseCost, Profile
+from gansim.calibration.profile.schema import PhaseCost, Profile
 from gansim.core.errors import UserInputError
 from gansim.core.files import shipped_dir
 from gansim.topology.graph import Topology, load_topology

@@ -113,7 +113,7 @@ def paper_mlp_gan() -> GanArchitecture:
     )
 
 
-# The DCGANs are layer for layer the calibrator's torch models (gansim/calibration/models.py), so a
+# The DCGANs are layer for layer the calibrator's torch models (gansim/calibration/ranks/models.py), so a
 # simulated `dcgan` and a calibrated one are the same network (a test checks the counts).
 @ARCHITECTURES.register("dcgan")
 def dcgan_mnist() -> GanArchitecture:
@@ -130,7 +130,7 @@ def dcgan_mnist() -> GanArchitecture:
         conv(128, 1, 7, 1, bias=False), elementwise("sigmoid", 1),
     ))
     return GanArchitecture("dcgan", generator, discriminator, sample_bytes=28 * 28 * 4,
-                           host_prep_s_per_sample=1e-6, source="Radford et al. 2016; gansim/calibration/models.py")
+                           host_prep_s_per_sample=1e-6, source="Radford et al. 2016; gansim/calibration/ranks/models.py")
 
 
 @ARCHITECTURES.register("dcgan-32")
@@ -150,7 +150,7 @@ def dcgan_cifar() -> GanArchitecture:
         conv(256, 1, 4, 1, bias=False), elementwise("sigmoid", 1),
     ))
     return GanArchitecture("dcgan-32", generator, discriminator, sample_bytes=32 * 32 * 3 * 4,
-                           host_prep_s_per_sample=2e-6, source="Radford et al. 2016; gansim/calibration/models.py")
+                           host_prep_s_per_sample=2e-6, source="Radford et al. 2016; gansim/calibration/ranks/models.py")
 
 
 # ----------------------------------------------------------------------------- phases

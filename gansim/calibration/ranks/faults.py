@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from gansim.calibration.phases import PHASES
-from gansim.calibration.run_config import CalibrationError, ScriptMarkupError
+from gansim.calibration.profile.phases import PHASES
+from gansim.calibration.ranks.run_config import CalibrationError, ScriptMarkupError
 
 STATUS = (
     "spawning",

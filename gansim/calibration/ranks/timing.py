@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gansim.calibration.faults import Reporter
+from gansim.calibration.ranks.faults import Reporter
 
 
 @dataclass

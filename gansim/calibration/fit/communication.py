@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from gansim.calibration.profile import CollectiveRecord
+from gansim.calibration.profile.schema import CollectiveRecord
 
 
 def summarize(collectives: Iterable[Mapping[str, Any]], kept_steps: int) -> list[CollectiveRecord]:

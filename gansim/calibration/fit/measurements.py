@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from gansim.calibration.phases import COMPUTE_PHASES, STEP
+from gansim.calibration.profile.phases import COMPUTE_PHASES, STEP
 from gansim.collectives.closed_forms import ring_time
 
 Point = tuple[int, int, float]  # (world_size, bytes, time_s)

@@ -3,6 +3,8 @@ them too)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 #: Phases of one training step, in order (seconds per step at the per-rank batch).
 PHASES = (
     "data_s",
@@ -19,3 +21,10 @@ PHASES = (
 STEP = "step_s"
 #: The phases with no communication (what the world-size-1 compute run measures).
 COMPUTE_PHASES = tuple(p for p in PHASES if "allreduce" not in p)
+
+
+def phase_name(label: str) -> Optional[str]:
+    """The calibrator's phase name of a label (``d_forward`` or ``d_forward_s``), or None: a
+    script's markers and a trace's record_function labels both name phases this way."""
+    name = label if label.endswith("_s") else label + "_s"
+    return name if name in PHASES else None

@@ -13,11 +13,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gansim.calibration.costs import PhaseCosts
-from gansim.calibration.models import build_model
-from gansim.calibration.phases import PHASES, STEP
-from gansim.calibration.run_config import RunConfig
-from gansim.calibration.timing import RankEnv
+from gansim.calibration.ranks.costs import PhaseCosts
+from gansim.calibration.ranks.models import build_model
+from gansim.calibration.profile.phases import PHASES, STEP
+from gansim.calibration.ranks.run_config import RunConfig
+from gansim.calibration.ranks.timing import RankEnv
 
 
 def _bce() -> nn.Module:
@@ -83,7 +83,7 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
     """Run ``cfg.steps`` training steps; return the kept per-step samples per phase; with
     ``solo_steps`` (compute only, several ranks) rank 0's samples of a step run alone before
     each step run together (None on the other ranks); and each phase's FLOPs and bytes per
-    run of it (:mod:`gansim.calibration.costs`; empty without warm-up steps)."""
+    run of it (:mod:`gansim.calibration.ranks.costs`; empty without warm-up steps)."""
     rep = env.reporter
     rep.set("build_model")
     torch.manual_seed(cfg.seed)  # same initial weights on every rank

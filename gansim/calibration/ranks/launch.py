@@ -38,7 +38,7 @@ Tasks a rank can run (one spawn can run several, in order):
     world of one, each with its own store (the communication-free compute run). Under
     torchrun, each launched rank below the world size runs its rank of the script in a child
     of its own (:func:`spawn_ranks`, :func:`_script_in_group`). See
-    :mod:`gansim.calibration.script_rank`.
+    :mod:`gansim.calibration.ranks.script`.
 
 Phase names (seconds per step, at the per-rank batch), see :data:`PHASES`:
 ``data_s`` (produce a batch of synthetic MNIST-shaped images on the host, plus the
@@ -88,7 +88,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gansim.calibration.faults import (
+from gansim.calibration.ranks.faults import (
     STATUS,
     STATUS_INDEX,
     FaultSpec,
@@ -97,10 +97,10 @@ from gansim.calibration.faults import (
     compose_failure,
     format_where,
 )
-from gansim.calibration.run_config import TASKS, CalibrationError, RankPlace, RunConfig, ScriptSpec
-from gansim.calibration.script_rank import run_script, script_environment
-from gansim.calibration.tasks import combine_task, execute_task
-from gansim.calibration.timing import RankEnv, pin_threads, thread_env
+from gansim.calibration.ranks.run_config import TASKS, CalibrationError, RankPlace, RunConfig, ScriptSpec
+from gansim.calibration.ranks.script import run_script, script_environment
+from gansim.calibration.ranks.tasks import combine_task, execute_task
+from gansim.calibration.ranks.timing import RankEnv, pin_threads, thread_env
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:

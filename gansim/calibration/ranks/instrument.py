@@ -16,8 +16,8 @@ Add two kinds of lines to a training script that already runs under ``torchrun``
 
 Run on its own (``python train.py``, ``torchrun ...``) the markers do nothing but a test
 of one module global. Run by ``gansim calibrate --script train.py``, they time each phase
-of each step on each rank (see :mod:`gansim.calibration.script_rank`). The phases are the
-calibrator's own (:data:`gansim.calibration.phases.PHASES`, with or without the ``_s``):
+of each step on each rank (see :mod:`gansim.calibration.ranks.script`). The phases are the
+calibrator's own (:data:`gansim.calibration.profile.phases.PHASES`, with or without the ``_s``):
 ``data``, ``d_forward``, ``d_backward``, ``d_allreduce``, ``d_optimizer``, ``g_forward``,
 ``g_backward``, ``g_allreduce``, ``g_optimizer``. ``torch.profiler.record_function`` labels
 with these names count as well. Several discriminator steps per generator step are several
@@ -29,19 +29,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from gansim.calibration.phases import PHASES
+from gansim.calibration.profile.phases import PHASES
 
 #: The labels a phase may have (the calibrator's phase names without ``_s``).
 PHASE_LABELS = tuple(p[:-2] for p in PHASES)
 
 # The recorder of a run under `gansim calibrate --script` (set by script_rank), else None.
 _recorder: Optional[Any] = None
-
-
-def phase_name(label: str) -> Optional[str]:
-    """The calibrator's phase name of a label (``d_forward`` or ``d_forward_s``), or None."""
-    name = label if label.endswith("_s") else label + "_s"
-    return name if name in PHASES else None
 
 
 class phase:

@@ -48,12 +48,11 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from gansim.calibration.communication import buffer_bytes, gradient_buckets, summarize
-from gansim.calibration.trace_devices import Datasheet, datasheet
-from gansim.calibration.fit import fit_from_measurements, phase_means
-from gansim.calibration.instrument import phase_name
-from gansim.calibration.phases import COMPUTE_PHASES, PHASES, STEP
-from gansim.calibration.profile import (
+from gansim.calibration.fit.communication import buffer_bytes, gradient_buckets, summarize
+from gansim.calibration.traces.devices import Datasheet, datasheet
+from gansim.calibration.fit.measurements import fit_from_measurements, phase_means
+from gansim.calibration.profile.phases import COMPUTE_PHASES, PHASES, STEP, phase_name
+from gansim.calibration.profile.schema import (
     AllreducePoint,
     Measured,
     PhaseCost,
@@ -682,7 +681,7 @@ class _Run:
 def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float, log: Callable[[str], None],
                   device_tflops: Optional[float], device_memory_bandwidth_GBps: Optional[float]) -> Profile:
     """The profile of the traces of one or several runs, fitted as ``--script`` is
-    (:func:`gansim.calibration.fit.fit_from_measurements`): compute from the smallest run,
+    (:func:`gansim.calibration.fit.measurements.fit_from_measurements`): compute from the smallest run,
     communication and core sharing from the larger ones."""
     figures = [_Run(ranks, overhead_s_per_event) for _, ranks in sorted(runs.items())]
     smallest, largest = figures[0], figures[-1]

@@ -10,8 +10,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from gansim.calibration.run_config import RunConfig
-from gansim.calibration.timing import RankEnv
+from gansim.calibration.ranks.run_config import RunConfig
+from gansim.calibration.ranks.timing import RankEnv
 from gansim.core.units import MiB
 
 

@@ -1,5 +1,5 @@
 """What one rank of ``gansim calibrate --script`` runs: the user's own training script, its
-phases timed through :mod:`gansim.calibration.instrument`, its communication recorded.
+phases timed through :mod:`gansim.calibration.ranks.instrument`, its communication recorded.
 
 The rank sets the environment ``torchrun`` would (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR/PORT, and TORCHELASTIC_USE_AGENT_STORE, because the parent hosts the rendezvous
@@ -16,7 +16,7 @@ The script initialises its own process group. While it runs:
   is wrapped the same way. DDP's buffer broadcasts and explicit ``dist.all_reduce`` calls
   are recorded too;
 - in the last warm-up step each phase's FLOPs and bytes are counted
-  (:mod:`gansim.calibration.costs`, as the built-in loop counts them), for the roofline
+  (:mod:`gansim.calibration.ranks.costs`, as the built-in loop counts them), for the roofline
   that moves a profile to another device.
 
 A phase opened and not closed before the next ``step()``, a phase opened inside another,
@@ -36,11 +36,11 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from gansim.calibration import instrument
-from gansim.calibration.costs import PhaseCosts, tensor_bytes
-from gansim.calibration.faults import Reporter
-from gansim.calibration.phases import STEP
-from gansim.calibration.run_config import RankPlace, RunConfig, ScriptMarkupError, ScriptSpec
+from gansim.calibration.ranks import instrument
+from gansim.calibration.ranks.costs import PhaseCosts, tensor_bytes
+from gansim.calibration.ranks.faults import Reporter
+from gansim.calibration.profile.phases import STEP, phase_name
+from gansim.calibration.ranks.run_config import RankPlace, RunConfig, ScriptMarkupError, ScriptSpec
 
 #: Time of a step outside every marked phase (it is added to data_s, and kept on its own).
 UNLABELLED = "unlabelled_s"
@@ -82,7 +82,7 @@ class StepRecorder:
 
     # ------------------------------------------------------------------ phases
     def open(self, label: str, strict: bool = False) -> None:
-        name = instrument.phase_name(label)
+        name = phase_name(label)
         if name is None:
             if strict:
                 raise ScriptMarkupError(f"phase({label!r}): unknown phase; allowed: "
@@ -104,7 +104,7 @@ class StepRecorder:
         self.open_at = self.clock()
 
     def close(self, label: str, failed: bool = False) -> None:
-        name = instrument.phase_name(label)
+        name = phase_name(label)
         if name is None or self.open_name != name or failed:
             return  # an exception leaves the phase open: the failure names it
         _sync()

@@ -43,7 +43,7 @@ from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
-from gansim.calibration.phases import COMPUTE_PHASES
+from gansim.calibration.profile.phases import COMPUTE_PHASES
 from gansim.core.config import (
     BandwidthGBps,
     ByteCount,
@@ -263,7 +263,7 @@ class TimingsRow(_Model):
 
 
 class TimingsFigures(_Model):
-    """What ``calibrate --from-timings`` fitted (gansim/calibration/timings.py: the step model):
+    """What ``calibrate --from-timings`` fitted (gansim/calibration/fit/timings.py: the step model):
     a step is accumulation x round_fixed_s + per_gpu_batch x per_sample_s on one GPU, plus
     host_overhead_per_replica_s per replica, plus the network model's communication on
     `topology` with `algorithm`."""

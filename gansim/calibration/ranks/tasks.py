@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from gansim.calibration.microbench import allreduce_sweep, reduce_bench
-from gansim.calibration.run_config import RunConfig
-from gansim.calibration.timing import RankEnv
-from gansim.calibration.training_loop import train_loop
+from gansim.calibration.ranks.microbench import allreduce_sweep, reduce_bench
+from gansim.calibration.ranks.run_config import RunConfig
+from gansim.calibration.ranks.timing import RankEnv
+from gansim.calibration.ranks.training_loop import train_loop
 
 
 def execute_task(env: RankEnv, cfg: RunConfig, task: str) -> Any:
