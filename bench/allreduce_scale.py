@@ -38,8 +38,8 @@ def main() -> None:
             elapsed, record = measure(gpus, algorithm, args.bytes)
             results[gpus] = elapsed
             print(f"{gpus:>5} GPUs  {algorithm:<10} wall {elapsed:7.3f} s   simulated all-reduce "
-                  f"{record['allreduce_time_s'] * 1e3:9.3f} ms   busbw {record['busbw_GBps']:7.2f} GB/s   "
-                  f"events {record['simulated_events']:>7}   tasks {record['simulated_tasks']:>8}")
+                  f"{record.allreduce_time_s * 1e3:9.3f} ms   busbw {record.busbw_GBps:7.2f} GB/s   "
+                  f"events {record.simulated_events:>7}   tasks {record.simulated_tasks:>8}")
         sizes = sorted(results)
         if len(sizes) >= 2:
             print(f"{algorithm}: ratio {sizes[-1]}/{sizes[0]} GPUs: {results[sizes[-1]] / results[sizes[0]]:.2f}x")

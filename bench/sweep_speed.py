@@ -88,12 +88,12 @@ def main() -> int:
         written = ""
         if args.out:
             t1 = time.perf_counter()
-            write_run_outputs(Path(args.out), result.summary, result.details, result.featured, result.topologies)
+            write_run_outputs(Path(args.out), result)
             written = f", writing outputs {time.perf_counter() - t1:.2f} s"
     per_topology = {}
-    for run, detail in zip(result.summary["runs"], result.details):
-        per_topology.setdefault(run["topology"], 0.0)
-        per_topology[run["topology"]] += detail.get("cpu_s", 0.0)
+    for run, detail in zip(result.runs, result.details):
+        per_topology.setdefault(run.topology, 0.0)
+        per_topology[run.topology] += detail.get("cpu_s", 0.0)
     workers = args.workers or os.cpu_count()
     print(f"sweep: {points} points ({len(GPUS)} GPU counts 1-64 x {len(ALGORITHMS)} algorithms x "
           f"{len(TOPOLOGIES)} topologies, all-reduce of {args.bytes} B, 1 step), executor {args.executor}, "
@@ -104,9 +104,9 @@ def main() -> int:
         print(resumed)
     for name, cpu in sorted(per_topology.items()):
         print(f"  {name}: {cpu:.2f} CPU s")
-    slowest = sorted(zip((d.get("cpu_s", 0.0) for d in result.details), result.summary["runs"]),
+    slowest = sorted(zip((d.get("cpu_s", 0.0) for d in result.details), result.runs),
                      key=lambda x: -x[0])[:5]
-    print("  slowest points: " + "; ".join(f"{r['gpus']} x {r['algorithm']} on {r['topology']} {c * 1e3:.0f} ms"
+    print("  slowest points: " + "; ".join(f"{r.gpus} x {r.algorithm} on {r.topology} {c * 1e3:.0f} ms"
                                           for c, r in slowest))
     return 0
 

@@ -43,7 +43,9 @@ def test_runs_are_typed_with_the_summary_fields_as_attributes(shipped):
         assert isinstance(run, gansim.Run)
         assert (run.gpus, run.algorithm, run.step_time_s, run.speedup) == \
             (row["gpus"], row["algorithm"], row["step_time_s"], row["speedup"])
-        assert run.busbw_GBps == row["busbw_GBps"] and run.bottleneck == row["bottleneck"]
+        assert run.busbw_GBps == row["busbw_GBps"] and run.bottleneck.to_dict() == row["bottleneck"]
+        assert run.breakdown.communication_s == row["breakdown"]["communication_s"]
+        assert run.memory.peak_GB == row["memory_peak_GB"]
         assert run.to_dict() == row
     with pytest.raises(AttributeError):
         shipped.runs[0].no_such_field  # noqa: B018

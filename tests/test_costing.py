@@ -28,6 +28,7 @@ from gansim.whatif.catalog import (
 from gansim.whatif.datasets import DATASETS
 from gansim.whatif.deadline_plan import pareto_front, plan
 from gansim.whatif.study import load_scenario
+from gansim.runner.record import Breakdown, RunRecord
 from tests.cli_checks import run_bad
 
 SEEDS = ["seed000-dcgan-clouds", "seed001-resource-aware", "seed001-resource-aware-pcie",
@@ -49,8 +50,8 @@ def fake_simulate(step_times: dict[str, float]):
     def simulate(s, topo, gpus, algorithm, source=None):
         calls.append((topo.name, gpus))
         step = step_times[topo.name]
-        return {"step_time_s": step, "breakdown": {"compute_s": step, "communication_s": 0.0, "data_s": 0.0,
-                                                   "idle_s": 0.0}}
+        return RunRecord(gpus=gpus, algorithm=algorithm, cost_model="flow", topology=topo.name, scaling="weak",
+                         step_time_s=step, breakdown=Breakdown(step, 0.0, 0.0, 0.0))
 
     simulate.calls = calls
     return simulate
@@ -155,7 +156,7 @@ def test_plan_on_the_real_step_simulation(tmp_path):
     assert all(r["step_time_s"] > 0 and r["hours"] > 0 for r in result["rows"])
     assert result["chosen"]["platform"] == "aws-p3.2xlarge"
     json.dumps(result, allow_nan=False)  # JSON-able
-    figures = figures_for({"runs": [], "plan": result})
+    figures = figures_for([], {"plan": result})
     assert len(figures) == 1 and "Pareto front" in [t["name"] for t in figures[0].data]
 
 

@@ -15,6 +15,7 @@ from gansim.topology.graph import load_topology
 from gansim.whatif.elastic import simulate_elastic
 from gansim.whatif.extensions import evaluate_scenario_extensions
 from gansim.whatif.study import load_scenario
+from gansim.runner.record import Breakdown, RunRecord
 
 DGX1 = "dgx1-v100"
 
@@ -32,7 +33,8 @@ def fake(utilisation: dict[int, float], step_s: float = 1.0):
 
     def simulate(s, topo, gpus, algorithm, source=None):
         calls.append(gpus)
-        return {"step_time_s": step_s, "breakdown": {"compute_s": step_s * utilisation[gpus]}}
+        return RunRecord(gpus=gpus, algorithm=algorithm, cost_model="flow", topology=topo.name, scaling="weak",
+                         step_time_s=step_s, breakdown=Breakdown(step_s * utilisation[gpus], 0.0, 0.0, 0.0))
 
     simulate.calls = calls
     return simulate
@@ -100,7 +102,7 @@ def test_on_the_real_step_simulation_of_the_seed_scenario():
     assert trajectory[:3] == [4, 2, 1] and set(trajectory[2:]) == {1, 2}
     assert out["elastic"]["rescales"] == len(trajectory) - 1
     assert out["elastic"]["rescale_s"] == pytest.approx(120 * out["elastic"]["rescales"])
-    figures = figures_for({"runs": [], "elastic": out})
+    figures = figures_for([], {"elastic": out})
     assert len(figures) == 1 and len(figures[0].data) == 2
 
 

@@ -32,7 +32,7 @@ def allreduce_time(topology, gpus: int, algorithm: str, cost_model: str, nbytes:
     scenario = Scenario(name="t", topology="t", workload={"allreduce_bytes": nbytes}, gpus=[gpus],
                         algorithms=[algorithm], cost_model=cost_model, steps=1,
                         options=TrainingOptions(gamma_s_per_byte=gamma))
-    return simulate_point(scenario, topology, gpus, algorithm)["allreduce_time_s"]
+    return simulate_point(scenario, topology, gpus, algorithm).allreduce_time_s
 
 
 CASES = [
@@ -90,7 +90,7 @@ def _gan_step_time(gpus: int, cost_model: str, **options) -> float:
                       "buffer_bytes": 17616}}}
     scenario = Scenario(name="t", topology="fc", workload=workload, gpus=[gpus], algorithms=["ring"],
                         cost_model=cost_model, steps=2, options=TrainingOptions(**options))
-    return simulate_point(scenario, fully_connected(gpus), gpus, "ring")["step_time_s"]
+    return simulate_point(scenario, fully_connected(gpus), gpus, "ring").step_time_s
 
 
 @pytest.mark.parametrize("cost_model", ["flow", "alpha_beta"])
@@ -113,7 +113,7 @@ def _straggler_step(gpus: int, cv: float, seed: int = 0, backward_s: float = 0.0
     scenario = Scenario(name="t", topology="fc", workload=workload, gpus=[gpus], algorithms=["ring"],
                         cost_model="alpha_beta", steps=steps, seed=seed,
                         options=TrainingOptions(compute_cv=cv))
-    return simulate_point(scenario, fully_connected(gpus), gpus, "ring")["step_time_s"]
+    return simulate_point(scenario, fully_connected(gpus), gpus, "ring").step_time_s
 
 
 @pytest.mark.parametrize("gpus", [2, 4])

@@ -69,7 +69,7 @@ def test_k_equal_variables_cost_k_collectives(topology, gpus, algorithm):
     t = allreduce_seconds(topology, gpus, algorithm)
     # the same bytes in k collectives: k times the model's per-collective time of a 1/k piece
     expected = sum(k * t(4 * n / k) - t(4 * n) for n in (D_PARAMS, G_PARAMS))
-    assert many["step_time_s"] - one["step_time_s"] == pytest.approx(expected, rel=1e-9)
+    assert many.step_time_s - one.step_time_s == pytest.approx(expected, rel=1e-9)
     # k - 1 more per-collective latencies (the model's time of an empty all-reduce) per network:
     # exactly so for the ring's closed form; NCCL at least that (smaller pieces also get fewer
     # channels or another protocol, so their bandwidth term grows too)
@@ -79,7 +79,7 @@ def test_k_equal_variables_cost_k_collectives(topology, gpus, algorithm):
         assert expected >= 2 * (k - 1) * t(0.0)
     # the flat buffer is the one-variable case, and per_phase_flat ignores the variables
     flat = run(topology, gpus, algorithm, workload(d_vars=k, g_vars=k), gradient_sync="per_phase_flat")
-    assert flat["step_time_s"] == pytest.approx(one["step_time_s"], rel=1e-12)
+    assert flat.step_time_s == pytest.approx(one.step_time_s, rel=1e-12)
 
 
 def test_variables_fill_ddp_buckets_in_the_order_given():
@@ -114,10 +114,10 @@ def test_lazy_regularisation_adds_its_period_weighted_work(sync, gpus):
 
     d_extra = 0.013 + sync_s(D_PARAMS) + 0.001
     g_extra = 0.027 + sync_s(G_PARAMS) + 0.002
-    assert lazy["step_time_s"] - plain["step_time_s"] == pytest.approx(d_extra / 4 + g_extra / 2, rel=1e-9)
+    assert lazy.step_time_s - plain.step_time_s == pytest.approx(d_extra / 4 + g_extra / 2, rel=1e-9)
     if gpus > 1:
         per_step = 4 * (D_PARAMS + G_PARAMS + D_PARAMS / 4 + G_PARAMS / 2)
-        assert lazy["algbw_GBps"] * 1e9 * lazy["allreduce_time_s"] == pytest.approx(per_step, rel=1e-9)
+        assert lazy.algbw_GBps * 1e9 * lazy.allreduce_time_s == pytest.approx(per_step, rel=1e-9)
         r1 = [s for s in spans if s.label.startswith("D r1")]
         pl = [s for s in spans if s.label.startswith("G pl")]
         collectives = k if sync == "per_variable" else 1
@@ -133,7 +133,7 @@ def test_regularisation_scales_with_the_batch_like_the_backward():
         s = Scenario.model_validate({"name": "t", "topology": topology, "workload": workload(regularization=regs),
                                      "gpus": [gpus], "scaling": "strong", "global_batch": 32,
                                      "per_gpu_batch": None, "steps": 2})
-        return simulate_point(s, topo, gpus, "ring")["step_time_s"]
+        return simulate_point(s, topo, gpus, "ring").step_time_s
 
     regs = [{"network": "generator", "every": 2, "compute_s": 0.04}]
     assert step(1, regs) - step(1, []) == pytest.approx((0.04 + 0.002) / 2, rel=1e-9)

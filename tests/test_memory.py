@@ -8,6 +8,7 @@ import pytest
 from gansim.core.config import Scenario
 from gansim.outputs.figures import figures_for
 from gansim.runner.point import oom_record
+from gansim.runner.record import Memory, RunRecord
 from gansim.topology.graph import load_topology
 from gansim.training.memory import (
     bytes_per_gradient_element,
@@ -108,7 +109,7 @@ def test_out_of_memory_is_detected_and_not_simulated():
     ext = evaluate_run_extensions(huge, topo, 1, "ring", None)
     assert ext["fits"] is False and "time_to_train_s" not in ext
     record = oom_record(huge, topo, 1, "ring", report)
-    assert record["out_of_memory"] is True and record["step_time_s"] is None
+    assert record.out_of_memory is True and record.step_time_s is None
     # recomputation brings the same batch under the capacity
     assert memory_report(scenario(workload="dcgan", per_gpu_batch=15_000), topo, 1)["fits"] is False
     fits = memory_report(scenario(workload="dcgan", per_gpu_batch=15_000, options={"recompute": True}), topo, 1)
@@ -135,9 +136,10 @@ def test_cpu_ranks_have_no_capacity_and_no_cuda_reserve():
 
 
 def test_memory_figure_draws_runs_against_capacity():
-    runs = [{"gpus": g, "algorithm": "ring", "memory_peak_GB": 1.0 + g, "memory_capacity_GB": 11.0,
-             "memory_parts": {"parameters": 0.5, "activations": 0.5 + g}} for g in (1, 2)]
-    figures = figures_for({"runs": runs})
+    runs = [RunRecord(gpus=g, algorithm="ring", cost_model="flow", topology="t", scaling="weak",
+                      memory=Memory(1.0 + g, 11.0, True, {"parameters": 0.5, "activations": 0.5 + g}))
+            for g in (1, 2)]
+    figures = figures_for(runs)
     assert len(figures) == 1
     names = [t["name"] for t in figures[0].data]
     assert "parameters" in names and "activations" in names and "device capacity" in names

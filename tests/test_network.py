@@ -126,7 +126,7 @@ def test_rounding_never_leaves_a_flow_with_negative_bytes_stuck():
         "from gansim.topology.graph import topology_from_dict; "
         "t = topology_from_dict({'name': 'b', 'generator': 'multi_node', 'params': {'nodes': 8}}, 'b'); "
         "s = Scenario(name='x', topology='b', workload='paper-mlp-gan', gpus=[64], steps=1); "
-        "print(simulate_point(s, t, 64, 'ring')['step_time_s'])"
+        "print(simulate_point(s, t, 64, 'ring').step_time_s)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -10,6 +10,7 @@ import pytest
 from gansim.calibration.fit.timings import read_timings
 from gansim.cli.main import main
 from gansim.outputs.report import speedup_figure
+from gansim.runner.record import RunRecord
 from gansim.prediction.bands import band_errors
 from gansim.prediction.calibrated import predict
 from gansim.prediction.from_timings import calibrate_from_timings
@@ -46,7 +47,7 @@ def test_strong_scaling_lowers_each_gpus_compute(table3):
     strong = by_size(predict(profile, [1, 4], global_batch=256))
     weak = by_size(predict(profile, [1, 4], per_gpu_batch=256))
     assert strong[4].per_gpu_batch == 64 and weak[4].per_gpu_batch == 256
-    assert strong[4].record["breakdown"]["compute_s"] < weak[4].record["breakdown"]["compute_s"]
+    assert strong[4].record.breakdown.compute_s < weak[4].record.breakdown.compute_s
     assert strong[4].step_time_s < weak[4].step_time_s
     # the same global batch on one GPU: speed-up is the ratio of step times
     assert strong[4].speedup == pytest.approx(strong[1].step_time_s / strong[4].step_time_s)
@@ -119,6 +120,6 @@ def test_a_scenario_run_from_a_profile_has_bands_and_the_report_draws_them(table
         band = run["band"]
         assert band["low_s"] <= run["step_time_s"] <= band["high_s"]
         assert band["speedup_low"] <= run["speedup"] <= band["speedup_high"]
-    traces = speedup_figure(summary).data
+    traces = speedup_figure([RunRecord.from_dict(run) for run in summary["runs"]]).data
     filled = [t for t in traces if t.get("fill") == "tonexty"]
     assert len(filled) == 1 and filled[0]["y"] == [r["band"]["speedup_low"] for r in summary["runs"]]

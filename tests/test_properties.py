@@ -29,7 +29,7 @@ from gansim.outputs.results import table, to_csv, to_json
 from gansim.prediction.calibrated import predict
 from gansim.prediction.profile_validation import validate
 from gansim.topology.graph import topology_from_dict
-from gansim.whatif.study import load_scenario, simulate_scenario
+from gansim.whatif.study import load_scenario, run_scenario
 from tests.hostile import BOX, GOOD, PROFILE, leaves, replaced, write_files
 
 EXPLORE = int(os.environ.get("GANSIM_EXPLORE", "0"))
@@ -158,9 +158,9 @@ def test_every_valid_scenario_simulates_to_finite_numbers(changes):
         except UserInputError as err:  # a limit, or a figure that does not fit the machine
             one_line(err)
             return
-        summary = simulate_scenario(loaded)
-    text = to_json(summary)  # no NaN or infinity: json refuses them
-    to_csv(summary), table(summary)
+        result = run_scenario(loaded, traces=None)
+    text = to_json(result.summary)  # no NaN or infinity: json refuses them
+    to_csv(result.runs, result.header["sweep_axes"]), table(result.header["scenario"], result.runs)
     finite_numbers(json.loads(text))
 
 

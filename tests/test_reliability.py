@@ -135,7 +135,7 @@ def test_run_extensions_report_goodput_and_young_daly_beside_the_chosen_interval
     assert ext["goodput_curve"] and all(0 <= c["expected_goodput"] <= 1 for c in ext["goodput_curve"])
     again = evaluate_run_extensions(s, topo, 2, "ring", record)
     assert again["time_to_train_s"] == ext["time_to_train_s"]  # the scenario seed drives the draws
-    figures = figures_for({"runs": [{**ext, "gpus": 2, "algorithm": "ring"}]})
+    figures = figures_for([record.with_extensions(ext)])
     titles = [f.layout["title"]["text"] for f in figures]
     assert any("Goodput vs checkpoint interval" in t for t in titles)
 

@@ -48,22 +48,22 @@ def gan(gpus, **options):
 
 def test_fp16_gradients_halve_the_allreduce_bytes_and_time():
     fp32, fp16 = gan(4), gan(4, gradient_dtype="fp16")
-    assert fp16["algbw_GBps"] * fp16["allreduce_time_s"] == pytest.approx(
-        0.5 * fp32["algbw_GBps"] * fp32["allreduce_time_s"])
-    assert fp16["allreduce_time_s"] < 0.6 * fp32["allreduce_time_s"]
+    assert fp16.algbw_GBps * fp16.allreduce_time_s == pytest.approx(
+        0.5 * fp32.algbw_GBps * fp32.allreduce_time_s)
+    assert fp16.allreduce_time_s < 0.6 * fp32.allreduce_time_s
 
 
 def test_overlap_hides_communication_behind_backward():
     plain, overlapped = gan(4), gan(4, overlap=True)
-    assert overlapped["step_time_s"] < plain["step_time_s"]
-    assert overlapped["breakdown"]["communication_s"] < plain["breakdown"]["communication_s"]
+    assert overlapped.step_time_s < plain.step_time_s
+    assert overlapped.breakdown.communication_s < plain.breakdown.communication_s
 
 
 def test_host_overhead_per_replica_grows_with_the_gpu_count():
     base2, base4 = gan(2), gan(4)
     slow2, slow4 = gan(2, host_overhead_per_replica_s=1e-3), gan(4, host_overhead_per_replica_s=1e-3)
-    assert slow2["step_time_s"] - base2["step_time_s"] == pytest.approx(2e-3, rel=1e-6)
-    assert slow4["step_time_s"] - base4["step_time_s"] == pytest.approx(4e-3, rel=1e-6)
+    assert slow2.step_time_s - base2.step_time_s == pytest.approx(2e-3, rel=1e-6)
+    assert slow4.step_time_s - base4.step_time_s == pytest.approx(4e-3, rel=1e-6)
 
 
 def test_ddp_bucket_assignment_follows_pytorch():
@@ -115,17 +115,17 @@ def test_sweep_axes_multiply_and_are_recorded(write_yaml):
 
 def test_int8_gradients_quarter_the_bytes_and_pay_a_quantize_cost():
     fp32, int8 = gan(4), gan(4, gradient_dtype="int8")
-    bytes32 = fp32["algbw_GBps"] * fp32["allreduce_time_s"]
-    assert int8["algbw_GBps"] * int8["allreduce_time_s"] == pytest.approx(bytes32 / 4)
+    bytes32 = fp32.algbw_GBps * fp32.allreduce_time_s
+    assert int8.algbw_GBps * int8.allreduce_time_s == pytest.approx(bytes32 / 4)
     # the 1080 Ti's memory bandwidth is known, so compress/expand kernels add compute time
-    assert int8["breakdown"]["compute_s"] > fp32["breakdown"]["compute_s"]
+    assert int8.breakdown.compute_s > fp32.breakdown.compute_s
 
 
 def test_recompute_adds_one_forward_pass_per_network_step():
     plain, again = gan(1), gan(1, recompute=True)
-    extra = again["breakdown"]["compute_s"] - plain["breakdown"]["compute_s"]
+    extra = again.breakdown.compute_s - plain.breakdown.compute_s
     assert extra > 0
-    assert again["step_time_s"] - plain["step_time_s"] == pytest.approx(extra, rel=1e-6)
+    assert again.step_time_s - plain.step_time_s == pytest.approx(extra, rel=1e-6)
 
 
 def test_a_run_that_does_not_fit_is_reported_out_of_memory_not_simulated(write_yaml, tmp_path, capsys):

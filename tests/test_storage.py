@@ -23,6 +23,7 @@ from gansim.whatif.storage import (
     step_with_input,
 )
 from gansim.whatif.study import load_scenario
+from gansim.runner.record import RunRecord
 
 INLINE = {"name": "cpu-gan", "networks": {
     "discriminator": {"params": 1000, "forward_s": 0.001, "backward_s": 0.002, "optimizer_s": 0.0001},
@@ -111,7 +112,8 @@ def test_catalog_storage_classes_and_the_seed_scenario_sweep():
     for name in ("ibm-block-48k-iops", "gke-pd-30k-iops"):
         s = loaded.with_overrides({"storage": name})
         topo = topology_for(s.topology, loaded.base_dir, loaded.source)
-        ext = evaluate_run_extensions(s, topo, 1, "ring", {"step_time_s": 1.0, "breakdown": {}})
+        ext = evaluate_run_extensions(s, topo, 1, "ring", RunRecord(
+            gpus=1, algorithm="ring", cost_model="flow", topology=topo.name, scaling="weak", step_time_s=1.0))
         epochs[name] = ext["epoch_time_s"]
     assert epochs["gke-pd-30k-iops"] > epochs["ibm-block-48k-iops"]
 

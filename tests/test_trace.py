@@ -151,8 +151,8 @@ def test_link_utilisation_and_gantt_agree_with_the_summary():
     util = link_utilisation(timeline)
     topo = load_topology("paper-gtx1080ti-pcie")
     assert len(util) == topo.num_links
-    busiest = record["busiest_link"]
-    assert util[topo.link_names.index(busiest["resource"])] == pytest.approx(busiest["utilization"], abs=1e-6)
+    busiest = record.busiest_link
+    assert util[topo.link_names.index(busiest.resource)] == pytest.approx(busiest.utilization, abs=1e-6)
     g = gantt(timeline)
     assert g["ranks_shown"] == 4 and g["steps_shown"] == 2
     for rank in range(4):

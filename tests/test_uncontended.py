@@ -11,6 +11,7 @@ from gansim.core.config import Scenario, TrainingOptions
 from gansim.network.engine import ran_alone
 from gansim.runner.point import simulate_point
 from gansim.topology.graph import topology_from_dict
+from gansim.runner.record import RunRecord
 
 TOPOLOGIES = {
     "switch": {"generator": "switch", "params": {"gpus": 12, "bandwidth_GBps": 25.0, "latency_us": 1.0}},
@@ -48,13 +49,13 @@ def run(monkeypatch, topology: str, algorithm: str, workload, plays: bool, gpus:
 FIGURES = ("step_time_s", "allreduce_time_s", "busbw_GBps")
 
 
-def assert_same(played: dict, flowed: dict) -> None:
+def assert_same(played: RunRecord, flowed: RunRecord) -> None:
     for key in FIGURES:
-        assert played[key] == pytest.approx(flowed[key], rel=1e-9, abs=1e-15), key
-    for key, value in flowed["breakdown"].items():
-        assert played["breakdown"][key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-    assert played["bottleneck"]["resource"] == flowed["bottleneck"]["resource"]
-    assert played["bottleneck"]["utilization"] == pytest.approx(flowed["bottleneck"]["utilization"], abs=1e-6)
+        assert getattr(played, key) == pytest.approx(getattr(flowed, key), rel=1e-9, abs=1e-15), key
+    for key, value in flowed.breakdown.to_dict().items():
+        assert played.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert played.bottleneck.resource == flowed.bottleneck.resource
+    assert played.bottleneck.utilization == pytest.approx(flowed.bottleneck.utilization, abs=1e-6)
 
 
 @pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
@@ -87,11 +88,11 @@ def test_a_ring_staged_through_host_memory_is_played_at_its_weighted_rate(monkey
     played, plays = run(monkeypatch, "staged", "ring", workload, plays=True)
     flowed, _ = run(monkeypatch, "staged", "ring", workload, plays=False)
     assert plays == 3
-    assert flowed["bottleneck"]["kind"] == "memory"
+    assert flowed.bottleneck.kind == "memory"
     assert_same(played, flowed)
     # each hop moves its bytes at 10 GB/s, half the memory's 20 GB/s
     p, n = 6, workload["allreduce_bytes"]
-    assert flowed["allreduce_time_s"] > 2 * (p - 1) / p * n / 10e9
+    assert flowed.allreduce_time_s > 2 * (p - 1) / p * n / 10e9
 
 
 def test_channels_of_one_pair_in_one_step_move_as_one_transfer(monkeypatch):
@@ -242,7 +243,7 @@ def test_gpu_compute_timed_as_delays_times_like_the_flow_network(monkeypatch, to
     as_flows, none = run_private(monkeypatch, topology, delays=False, **options)
     assert timed > 0 and none == 0
     assert_same(as_delays, as_flows)
-    assert as_delays["breakdown"] == pytest.approx(as_flows["breakdown"], rel=1e-9)
+    assert as_delays.breakdown.to_dict() == pytest.approx(as_flows.breakdown.to_dict(), rel=1e-9)
 
 
 def test_compute_phases_that_meet_keep_the_plays_when_only_they_met(monkeypatch):

@@ -28,6 +28,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.files import check_output_dir, replaced_dir
 from gansim.core.version import __version__
 from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS, SIMULATE_PARTIAL, VALIDATION_OUTPUTS
+from gansim.runner.record import RunRecord
 
 # Each function imports the layers it uses when called: `gansim nccl-tests` should not pay
 # for loading the what-ifs, nor `gansim simulate` for the profile's models.
@@ -48,62 +49,12 @@ Log = Callable[[str], None]
 
 
 # ----------------------------------------------------------------------------- simulate
-@dataclass(frozen=True)
-class Run:
-    """One run of a simulated scenario: one sweep combination at one GPU count and
-    all-reduce algorithm, as a row of summary.json's `runs`.
-
-    The fields every run has are attributes with types; every other field of the run
-    (the what-ifs': `cost_usd`, `time_to_train_s`, ...) is an attribute too, read from
-    `fields`. A field the run does not have raises AttributeError.
-
-    Attributes:
-        gpus: Ranks (GPUs) of the run.
-        algorithm: All-reduce algorithm (`ring`, `tree`, `nccl`, ...).
-        cost_model: How communication was timed (`flow`, `alpha_beta`, ...).
-        topology: Name of the machine the run was simulated on.
-        workload: Name of the workload (None for a run that does not fit in memory).
-        scaling: `strong` or `weak`.
-        per_gpu_batch: Samples per GPU per step (None: out of memory).
-        step_time_s: Simulated seconds per training step (None: out of memory).
-        speedup: Speed-up over the 1-GPU run of the same combination (None: no step time).
-        efficiency: `speedup / gpus` (None: no speed-up).
-        sweep: The sweep axes' values of this run's combination (empty without a sweep).
-        fields: Every field of the run, as summary.json holds it.
-    """
-
-    gpus: int
-    algorithm: str
-    cost_model: str
-    topology: str
-    workload: str | None
-    scaling: str
-    per_gpu_batch: float | None
-    step_time_s: float | None
-    speedup: float | None
-    efficiency: float | None
-    sweep: Mapping[str, Any]
-    fields: Mapping[str, Any] = field(repr=False)
-
-    @classmethod
-    def from_dict(cls, run: Mapping[str, Any]) -> "Run":
-        """A run from its row of summary.json's `runs`."""
-        return cls(gpus=run["gpus"], algorithm=run["algorithm"], cost_model=run["cost_model"],
-                   topology=run["topology"], workload=run.get("workload"), scaling=run["scaling"],
-                   per_gpu_batch=run.get("per_gpu_batch"), step_time_s=run.get("step_time_s"),
-                   speedup=run.get("speedup"), efficiency=run.get("efficiency"), sweep=dict(run.get("sweep", {})),
-                   fields=copy.deepcopy(dict(run)))
-
-    def __getattr__(self, name: str) -> Any:
-        if name != "fields":
-            fields = self.__dict__.get("fields", {})
-            if name in fields:
-                return fields[name]
-        raise AttributeError(f"this run has no field {name!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The run as summary.json holds it."""
-        return copy.deepcopy(dict(self.fields))
+# One run of a simulated scenario (one sweep combination at one GPU count and all-reduce
+# algorithm): the runner's record itself, typed from the worker that simulated it to here.
+# Its fields are summary.json's (docs/formats.md); the what-ifs' fields (`cost_usd`,
+# `time_to_train_s`, ...) are in `extensions` and read as attributes too; `to_dict()` is its
+# row of summary.json's `runs`.
+Run = RunRecord
 
 
 @dataclass(frozen=True)
@@ -115,6 +66,7 @@ class SimulationResult:
         gansim_version: The gansim that simulated it.
         source: The file the scenario came from (`<dict>` for a mapping).
         sweep_axes: The sweep's axes, in the file's order.
+        reference: The scenario's reference (measured) figures, or None.
         runs: Every run the scenario lists, in summary.json's order.
         simulated: Points simulated by this call (1-GPU baselines included).
         resumed: Points taken from the partial state of an interrupted earlier call into `out`.
@@ -122,12 +74,14 @@ class SimulationResult:
         cpu_s: CPU seconds the workers spent simulating.
         traced: Runs written with a Chrome trace into `out`.
         written: The files written into `out` (empty without `out`).
+        extensions: The scenario-level what-ifs (`plan`, `elastic`), as summary.json holds them.
     """
 
     scenario: str
     gansim_version: str
     source: str
     sweep_axes: tuple[str, ...]
+    reference: Mapping[str, Any] | None
     runs: tuple[Run, ...]
     simulated: int
     resumed: int
@@ -135,11 +89,13 @@ class SimulationResult:
     cpu_s: float
     traced: int
     written: tuple[Path, ...]
-    summary: Mapping[str, Any] = field(repr=False)
+    extensions: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """summary.json's object (what `gansim simulate --json` prints)."""
-        return copy.deepcopy(dict(self.summary))
+        return {"scenario": self.scenario, "gansim_version": self.gansim_version, "source": self.source,
+                "sweep_axes": list(self.sweep_axes), "reference": copy.deepcopy(self.reference),
+                "runs": [run.to_dict() for run in self.runs], **copy.deepcopy(dict(self.extensions))}
 
 
 def simulate(scenario: "str | os.PathLike[str] | Mapping[str, Any] | LoadedScenario", *, out: str | os.PathLike[str] | None = None,
@@ -215,23 +171,23 @@ def simulate(scenario: "str | os.PathLike[str] | Mapping[str, Any] | LoadedScena
     finally:
         close()
     if isinstance(loaded.scenario.workload, ProfiledWorkloadSpec):  # a profile's: each run gets its band
-        from gansim.prediction.profile_on_topology import add_bands
+        from gansim.prediction.profile_on_topology import with_bands
 
-        add_bands(loaded, result.summary)
+        result.runs = with_bands(loaded, result.runs)
     written: list[Path] = []
     if out_dir is not None:
         from gansim.outputs.results import write_run_outputs
 
         with replaced_dir(out_dir, SIMULATE_OUTPUTS + (SIMULATE_PARTIAL,)) as stage:
             written = [out_dir / path.relative_to(stage) for path in
-                       write_run_outputs(stage, result.summary, result.details, result.featured, result.topologies,
-                                         description=loaded.scenario.description)]
-    summary = result.summary
+                       write_run_outputs(stage, result, description=loaded.scenario.description)]
+    header = result.header
     return SimulationResult(
-        scenario=summary["scenario"], gansim_version=summary["gansim_version"], source=summary["source"],
-        sweep_axes=tuple(summary["sweep_axes"]), runs=tuple(Run.from_dict(r) for r in summary["runs"]),
+        scenario=header["scenario"], gansim_version=header["gansim_version"], source=header["source"],
+        sweep_axes=tuple(header["sweep_axes"]), runs=tuple(result.runs), reference=copy.deepcopy(header["reference"]),
         simulated=result.simulated, resumed=result.resumed, wall_s=result.wall_s, cpu_s=result.cpu_s,
-        traced=sum(1 for d in result.details if "trace" in d), written=tuple(written), summary=copy.deepcopy(summary))
+        traced=sum(1 for d in result.details if "trace" in d), written=tuple(written),
+        extensions=copy.deepcopy(result.extensions))
 
 
 # ----------------------------------------------------------------------------- predict
@@ -258,7 +214,7 @@ class PredictionResult:
         return {"profile": self.profile, "predictions": [
             {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
              "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
-             "breakdown": p.record["breakdown"], "bottleneck": p.record["bottleneck"],
+             "breakdown": p.record.to_dict()["breakdown"], "bottleneck": p.record.to_dict()["bottleneck"],
              **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
             for p in self.predictions]}
 

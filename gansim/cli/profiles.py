@@ -67,12 +67,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"{'ranks':>5} {'batch':>8} {'step ms':>10} {'band ms':>21} {'speedup':>8} {'band':>15}  bottleneck",
           file=human)
     for p in predictions:
-        b = p.record["bottleneck"]
+        b = p.record.bottleneck
+        assert b is not None
         band = p.band
         assert band is not None
         print(f"{p.world_size:>5} {p.per_gpu_batch:>8.4g} {p.step_time_s * 1e3:>10.3f} "
               f"{band.low_s * 1e3:>10.3f}-{band.high_s * 1e3:<10.3f} {p.speedup:>8.3f} "
-              f"{band.speedup_low:>7.3f}-{band.speedup_high:<7.3f}  {b['resource']} ({b['utilization']:.0%})", file=human)
+              f"{band.speedup_low:>7.3f}-{band.speedup_high:<7.3f}  {b.resource} ({b.utilization:.0%})", file=human)
     if predictions and predictions[0].band is not None:
         band = predictions[0].band
         spread = "unknown (no repeats)" if band.repeat_spread is None else f"{band.repeat_spread:.1%}"

@@ -51,24 +51,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                               fresh=args.fresh, progress=progress, log=_say)
     finally:
         close_progress()
-    summary = result.to_dict()
-    print(table(summary), file=human)
-    banded = [r for r in summary["runs"] if r.get("band")]
+    print(table(result.scenario, result.runs, result.reference), file=human)
+    banded = [(r, r.band) for r in result.runs if r.band]
     if banded:
         print("step-time bands (run-to-run spread and communication model error; ms): " + ", ".join(
-            f"{r['gpus']} x {r['algorithm']} {r['band']['low_s'] * 1e3:.3f}-{r['band']['high_s'] * 1e3:.3f}"
-            for r in banded), file=human)
+            f"{r.gpus} x {r.algorithm} {band['low_s'] * 1e3:.3f}-{band['high_s'] * 1e3:.3f}"
+            for r, band in banded), file=human)
     traced = result.traced
     print(f"simulated {result.simulated} runs in {result.wall_s:.2f} s wall "
           f"({result.simulated / max(result.wall_s, 1e-9):.1f} runs/s), {result.cpu_s:.2f} s CPU in the workers; "
-          f"traces for {traced} of {len(summary['runs'])} runs"
-          + ("" if traced == len(summary["runs"]) else " (--traces all for every run)")
+          f"traces for {traced} of {len(result.runs)} runs"
+          + ("" if traced == len(result.runs) else " (--traces all for every run)")
           + (f"; {result.resumed} runs resumed from an interrupted earlier run" if result.resumed else ""),
           file=sys.stderr)
     for path in result.written:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(to_json(summary))
+        sys.stdout.write(to_json(result.to_dict()))
     return EXIT_OK
 
 

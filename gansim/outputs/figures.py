@@ -1,24 +1,27 @@
-"""The what-if figures of report.html, from a summary: cost vs time to train (Pareto front
+"""The what-if figures of report.html, from a scenario's runs and its scenario-level what-ifs: cost vs time to train (Pareto front
 marked), goodput vs checkpoint interval, memory per run against the device's capacity, and
 dynamic vs fixed allocation."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gansim.core.units import HOUR
 from gansim.outputs import plot
 from gansim.outputs.plot import Figure
+from gansim.runner.record import RunRecord
 from gansim.whatif.deadline_plan import pareto_front
 
 
-def figures_for(summary: dict[str, Any]) -> list[Any]:
-    """Plotly figures from a summary dict: cost vs time to train (Pareto front marked),
-    goodput vs checkpoint interval, memory per run against the device's capacity, and dynamic
-    vs fixed allocation. Only the figures the summary has data for."""
+def figures_for(runs: Sequence[RunRecord], scenario_whatifs: Mapping[str, Any] | None = None) -> list[Any]:
+    """Plotly figures from a scenario's runs and its scenario-level what-ifs (summary.json's
+    `plan` and `elastic`): cost vs time to train (Pareto front marked), goodput vs checkpoint
+    interval, memory per run against the device's capacity, and dynamic vs fixed allocation.
+    Only the figures there are data for."""
     figures: list[Any] = []
-    runs = summary.get("runs", []) or []
-    plan_result = summary.get("plan")
+    scenario_whatifs = scenario_whatifs or {}
+    plan_result = scenario_whatifs.get("plan")
 
     # cost vs time to train
     points = []
@@ -28,9 +31,11 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
                 points.append((f"{r['platform']} x{r['gpus']} {r['pricing']}", r["hours"], r["cost_usd"],
                                bool(r.get("pareto")), bool(r.get("chosen"))))
     else:
-        for r in runs:
-            if r.get("cost_usd") is not None and r.get("hours") is not None:
-                points.append((f"{r.get('gpus')} GPUs {r.get('algorithm')}", r["hours"], r["cost_usd"], False, False))
+        for run in runs:
+            whatifs = run.extensions
+            if whatifs.get("cost_usd") is not None and whatifs.get("hours") is not None:
+                points.append((f"{run.gpus} GPUs {run.algorithm}", whatifs["hours"], whatifs["cost_usd"], False,
+                               False))
         if points:
             flags = pareto_front([(p[1], p[2]) for p in points])
             points = [(p[0], p[1], p[2], f, False) for p, f in zip(points, flags)]
@@ -54,11 +59,11 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
         figures.append(fig)
 
     # goodput vs checkpoint interval
-    curves = [r for r in runs if r.get("goodput_curve")]
+    curves = [(run, run.extensions) for run in runs if run.extensions.get("goodput_curve")]
     if curves:
         fig = Figure()
-        for r in curves:
-            label = f"{r.get('gpus')} GPUs {r.get('algorithm', '')}".strip()
+        for run, r in curves:
+            label = f"{run.gpus} GPUs {run.algorithm}".strip()
             curve = r["goodput_curve"]
             fig.add_trace(plot.scatter(x=[c["every_steps"] for c in curve], y=[c["expected_goodput"] for c in curve],
                                      mode="lines", name=f"{label}: expected (Daly)"))
@@ -74,20 +79,20 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
         figures.append(fig)
 
     # memory per run against capacity
-    mem_runs = [r for r in runs if r.get("memory_peak_GB") is not None]
-    if mem_runs:
+    memories = [(run, run.memory) for run in runs if run.memory is not None and run.memory.peak_GB is not None]
+    if memories:
         fig = Figure()
-        labels = [f"{r.get('gpus')} GPUs {r.get('algorithm', '')}" + (
-            " " + " ".join(f"{k}={v}" for k, v in r.get("sweep", {}).items()) if r.get("sweep") else "")
-            for r in mem_runs]
+        labels = [f"{run.gpus} GPUs {run.algorithm}" + (
+            " " + " ".join(f"{k}={v}" for k, v in run.sweep.items()) if run.sweep else "")
+            for run, _ in memories]
         part_names: list[str] = []
-        for r in mem_runs:
-            for k in (r.get("memory_parts") or {}):
+        for _, memory in memories:
+            for k in memory.parts:
                 if k not in part_names:
                     part_names.append(k)
         for part in part_names:
-            fig.add_trace(plot.bar(x=labels, y=[(r.get("memory_parts") or {}).get(part, 0.0) for r in mem_runs], name=part))
-        caps = [r.get("memory_capacity_GB") for r in mem_runs]
+            fig.add_trace(plot.bar(x=labels, y=[memory.parts.get(part, 0.0) for _, memory in memories], name=part))
+        caps = [memory.capacity_GB for _, memory in memories]
         if any(c is not None for c in caps):
             fig.add_trace(plot.scatter(x=labels, y=caps, mode="markers", name="device capacity",
                                      marker={"symbol": "line-ew-open", "size": 30, "color": "black"}))
@@ -96,7 +101,7 @@ def figures_for(summary: dict[str, Any]) -> list[Any]:
         figures.append(fig)
 
     # dynamic vs fixed allocation
-    elastic = summary.get("elastic")
+    elastic = scenario_whatifs.get("elastic")
     if elastic:
         fig = Figure()
         for key in ("fixed", "elastic"):

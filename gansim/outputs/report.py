@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,6 +28,8 @@ from gansim.outputs import plot
 from gansim.outputs.drawing import topology_figures
 from gansim.outputs.figures import figures_for
 from gansim.outputs.plot import Figure, plotly_js
+from gansim.runner.record import ResourceUse, RunRecord
+from gansim.runner.sweep import ScenarioResult
 from gansim.topology.graph import Topology
 
 CATEGORY_COLOURS = {"compute": "#2ca02c", "communication": "#d62728", "data": "#1f77b4", "idle": "#c7c7c7",
@@ -135,21 +138,26 @@ def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") ->
 
 
 # ----------------------------------------------------------------------------- run labels
-def combo_label(run: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in run.get("sweep", {}).items())
+def combo_label(run: RunRecord) -> str:
+    return ", ".join(f"{k}={v}" for k, v in run.sweep.items())
 
 
-def run_label(run: dict[str, Any]) -> str:
+def run_label(run: RunRecord) -> str:
     combo = combo_label(run)
-    return f"{run['gpus']} x {run['algorithm']}" + (f" [{combo}]" if combo else "")
+    return f"{run.gpus} x {run.algorithm}" + (f" [{combo}]" if combo else "")
 
 
-def _combos(runs: list[dict[str, Any]]) -> list[str]:
+def _combos(runs: Sequence[RunRecord]) -> list[str]:
     return list(dict.fromkeys(combo_label(r) for r in runs))
 
 
-def _algorithms(runs: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(r["algorithm"] for r in runs))
+def _algorithms(runs: Sequence[RunRecord]) -> list[str]:
+    return list(dict.fromkeys(r.algorithm for r in runs))
+
+
+def _bottleneck(run: RunRecord) -> ResourceUse:
+    assert run.bottleneck is not None  # every simulated run has one (the plots show only those)
+    return run.bottleneck
 
 
 # ----------------------------------------------------------------------------- figures
@@ -159,43 +167,42 @@ def _translucent(colour: str, alpha: float = 0.2) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def speedup_figure(summary: dict[str, Any]) -> Figure:
-    runs = summary["runs"]
+def speedup_figure(runs: Sequence[RunRecord], reference: Mapping[str, Any] | None = None) -> Figure:
     algorithms, combos = _algorithms(runs), _combos(runs)
     fig = Figure()
-    gpus = sorted({r["gpus"] for r in runs})
+    gpus = sorted({r.gpus for r in runs})
     fig.add_trace(plot.scatter(x=gpus, y=gpus, mode="lines", name="ideal (linear)",
                                line={"dash": "dot", "color": "#888"}))
     for ci, combo in enumerate(combos):
         for ai, algorithm in enumerate(algorithms):
-            sel = sorted((r for r in runs if r["algorithm"] == algorithm and combo_label(r) == combo
-                          and r.get("speedup") is not None), key=lambda r: r["gpus"])
+            sel = sorted((r for r in runs if r.algorithm == algorithm and combo_label(r) == combo
+                          and r.speedup is not None), key=lambda r: r.gpus)
             if not sel:
                 continue
             name = algorithm + (f" [{combo}]" if combo else "")
             colour = ALGORITHM_COLOURS[ai % len(ALGORITHM_COLOURS)]
-            banded = [r for r in sel if r.get("band")]
+            banded = [(r, r.band) for r in sel if r.band]
             if banded:  # a run from a profile: the range its known errors give (prediction/bands.py)
-                xs = [r["gpus"] for r in banded]
-                fig.add_trace(plot.scatter(x=xs, y=[r["band"]["speedup_high"] for r in banded], mode="lines",
+                xs = [r.gpus for r, _ in banded]
+                fig.add_trace(plot.scatter(x=xs, y=[band["speedup_high"] for _, band in banded], mode="lines",
                                            line={"width": 0, "color": colour}, legendgroup=combo or algorithm,
                                            showlegend=False, hoverinfo="skip"))
                 fig.add_trace(plot.scatter(
-                    x=xs, y=[r["band"]["speedup_low"] for r in banded], mode="lines", fill="tonexty",
+                    x=xs, y=[band["speedup_low"] for _, band in banded], mode="lines", fill="tonexty",
                     fillcolor=_translucent(colour), line={"width": 0, "color": colour},
                     name=f"{name}: band (run-to-run spread, communication model error)",
                     legendgroup=combo or algorithm,
-                    hovertext=[f"{r['gpus']} GPUs: speed-up {r['band']['speedup_low']:.3f} - "
-                               f"{r['band']['speedup_high']:.3f}" for r in banded], hoverinfo="text"))
+                    hovertext=[f"{r.gpus} GPUs: speed-up {band['speedup_low']:.3f} - "
+                               f"{band['speedup_high']:.3f}" for r, band in banded], hoverinfo="text"))
             fig.add_trace(plot.scatter(
-                x=[r["gpus"] for r in sel], y=[r["speedup"] for r in sel], mode="lines+markers", name=name,
+                x=[r.gpus for r in sel], y=[r.speedup for r in sel], mode="lines+markers", name=name,
                 legendgroup=combo or algorithm,
                 line={"color": ALGORITHM_COLOURS[ai % len(ALGORITHM_COLOURS)], "dash": DASHES[ci % len(DASHES)]},
-                hovertext=[f"{run_label(r)}<br>step {r['step_time_s'] * 1e3:.3f} ms, speed-up {r['speedup']:.3f}, "
-                           f"efficiency {r['efficiency']:.0%}<br>bottleneck {r['bottleneck']['resource']} "
-                           f"({r['bottleneck']['utilization']:.0%})" for r in sel],
+                hovertext=[f"{run_label(r)}<br>step {r.step_time_s * 1e3:.3f} ms, speed-up {r.speedup:.3f}, "
+                           f"efficiency {r.efficiency:.0%}<br>bottleneck {_bottleneck(r).resource} "
+                           f"({_bottleneck(r).utilization:.0%})" for r in sel],
                 hoverinfo="text"))
-    reference = summary.get("reference") or {}
+    reference = reference or {}
     ref = {int(k): float(v) for k, v in (reference.get("speedup") or {}).items()}
     if ref:
         xs = sorted(ref)
@@ -204,7 +211,7 @@ def speedup_figure(summary: dict[str, Any]) -> Figure:
                                    marker={"symbol": "star", "size": 15, "color": "black"},
                                    hovertext=[f"reference, {x} GPUs: speed-up {ref[x]:g}" for x in xs],
                                    hoverinfo="text"))
-    scaling = {r["scaling"] for r in runs}
+    scaling = {r.scaling for r in runs}
     ylabel = "speed-up (weak scaling: N x T1 / TN)" if scaling == {"weak"} else (
         "speed-up (strong scaling: T1 / TN)" if scaling == {"strong"} else "speed-up")
     fig.update_layout(title="Speed-up vs GPU count", xaxis={"title": "GPUs", "tickvals": gpus if len(gpus) <= 20
@@ -213,17 +220,16 @@ def speedup_figure(summary: dict[str, Any]) -> Figure:
     return fig
 
 
-def breakdown_figure(summary: dict[str, Any]) -> Figure:
-    runs = summary["runs"]
-    swept = any(r.get("sweep") for r in runs)
-    short = [f"{r['gpus']} x {r['algorithm']}" for r in runs]
+def breakdown_figure(runs: Sequence[RunRecord]) -> Figure:
+    swept = any(r.sweep for r in runs)
+    short = [f"{r.gpus} x {r.algorithm}" for r in runs]
     # a sweep groups its bars by combination (a second row of axis labels)
-    x: Any = [[", ".join(str(v) for v in r.get("sweep", {}).values()) for r in runs], short] if swept else short
+    x: Any = [[", ".join(str(v) for v in r.sweep.values()) for r in runs], short] if swept else short
     hover = [run_label(r) for r in runs]
     fig = Figure()
     for key, name in (("compute_s", "compute"), ("communication_s", "communication"), ("data_s", "data"),
                       ("idle_s", "idle")):
-        fig.add_trace(plot.bar(x=x, y=[r["breakdown"][key] * 1e3 for r in runs], name=name,
+        fig.add_trace(plot.bar(x=x, y=[getattr(r.breakdown, key) * 1e3 for r in runs], name=name,
                                marker={"color": CATEGORY_COLOURS[name]}, hovertext=hover,
                                hovertemplate="%{hovertext}<br>" + name + ": %{y:.4f} ms<extra></extra>"))
     fig.update_layout(barmode="stack", title="Where a step's time goes (per rank, averaged over ranks)",
@@ -245,16 +251,15 @@ def link_tiers(topo: Topology) -> tuple[list[str], np.ndarray]:
     return list(names), tier
 
 
-def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
+def utilisation_figures(runs: Sequence[RunRecord], details: list[dict[str, Any]],
                         topologies: dict[str, Topology]) -> list[Figure]:
     """One heatmap per topology: runs x directed links, colour = average utilisation over
     the run; an x marks each run's bottleneck link (a ring: its busiest link, when the
     bottleneck is a compute resource). Topologies of more than HEATMAP_ALL_LINKS_MAX links
     get runs x tiers of links instead (link_tiers): the busiest link of the tier, named."""
-    runs = summary["runs"]
     figures = []
     for name, topo in topologies.items():
-        rows = [i for i, r in enumerate(runs) if r["topology"] == name and "link_utilization" in details[i]]
+        rows = [i for i, r in enumerate(runs) if r.topology == name and "link_utilization" in details[i]]
         if not rows:
             continue
         if topo.num_links > HEATMAP_ALL_LINKS_MAX:
@@ -272,18 +277,18 @@ def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
         mark_x, mark_y, mark_text, ring_x, ring_y, ring_text = [], [], [], [], [], []
         for a, i in enumerate(rows):
             run = runs[i]
-            b = run["bottleneck"]
-            if b["resource"] in names:
-                mark_x.append(b["resource"])
+            b = _bottleneck(run)
+            if b.resource in names:
+                mark_x.append(b.resource)
                 mark_y.append(y[a])
-                mark_text.append(f"bottleneck of {y[a]}: {b['resource']} ({b['utilization']:.0%})")
+                mark_text.append(f"bottleneck of {y[a]}: {b.resource} ({b.utilization:.0%})")
             else:
-                link = run.get("busiest_link") or {}
-                if link.get("resource") in names:
-                    ring_x.append(link["resource"])
+                link = run.busiest_link
+                if link is not None and link.resource in names:
+                    ring_x.append(link.resource)
                     ring_y.append(y[a])
-                    ring_text.append(f"{y[a]}: bottleneck {b['resource']} ({b['kind']}, {b['utilization']:.0%}); "
-                                     f"busiest link {link['resource']} ({link['utilization']:.0%})")
+                    ring_text.append(f"{y[a]}: bottleneck {b.resource} ({b.kind}, {b.utilization:.0%}); "
+                                     f"busiest link {link.resource} ({link.utilization:.0%})")
         if mark_x:
             fig.add_trace(plot.scatter(x=mark_x, y=mark_y, mode="markers", name="bottleneck (a link)",
                                        marker={"symbol": "x", "size": 10, "color": "black"}, hovertext=mark_text,
@@ -302,7 +307,7 @@ def utilisation_figures(summary: dict[str, Any], details: list[dict[str, Any]],
     return figures
 
 
-def _tier_figure(name: str, topo: Topology, runs: list[dict[str, Any]], details: list[dict[str, Any]]) -> Figure:
+def _tier_figure(name: str, topo: Topology, runs: list[RunRecord], details: list[dict[str, Any]]) -> Figure:
     """Runs x tiers of links: colour the busiest link of the tier, hover its name, the
     tier's mean and how many of its links carried anything."""
     tiers, tier = link_tiers(topo)
@@ -335,9 +340,8 @@ def _tier_figure(name: str, topo: Topology, runs: list[dict[str, Any]], details:
     return fig
 
 
-def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int]) -> Figure | None:
+def gantt_figure(runs: Sequence[RunRecord], details: list[dict[str, Any]], featured: list[int]) -> Figure | None:
     """Per-rank timeline of the first steps; a menu switches between the featured runs."""
-    runs = summary["runs"]
     shown = [i for i in featured if "gantt" in details[i]]
     if not shown:
         return None
@@ -374,19 +378,19 @@ def gantt_figure(summary: dict[str, Any], details: list[dict[str, Any]], feature
     return fig
 
 
-def bottleneck_links(summary: dict[str, Any], topo: Topology) -> dict[tuple[str, str], str]:
+def bottleneck_links(runs: Sequence[RunRecord], topo: Topology) -> dict[tuple[str, str], str]:
     """Undirected links that are some run's bottleneck, with the runs that say so."""
     notes: dict[tuple[str, str], list[str]] = {}
-    for run in summary["runs"]:
-        if run["topology"] != topo.name:
+    for run in runs:
+        if run.topology != topo.name:
             continue
-        name = run["bottleneck"]["resource"] or ""
+        name = _bottleneck(run).resource or ""
         if "->" not in name:
             continue
         u, v = name.split("->", 1)
         key = (u, v) if topo.has_link(u, v) else (v, u)
         notes.setdefault(tuple(sorted(key)), []).append(
-            f"{run_label(run)} ({name}, {run['bottleneck']['utilization']:.0%})")
+            f"{run_label(run)} ({name}, {_bottleneck(run).utilization:.0%})")
     return {k: "bottleneck of " + "; ".join(v[:6]) + (f" and {len(v) - 6} more" if len(v) > 6 else "")
             for k, v in notes.items()}
 
@@ -395,78 +399,78 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _band_text(run: dict[str, Any]) -> str:
-    band = run.get("band")
+def _band_text(run: RunRecord) -> str:
+    band = run.band
     return f" ({band['low_s'] * 1e3:.3f}-{band['high_s'] * 1e3:.3f})" if band else ""
 
 
-def runs_table(summary: dict[str, Any]) -> str:
-    runs = summary["runs"]
-    reference = summary.get("reference") or {}
-    ref = {int(k): float(v) for k, v in (reference.get("speedup") or {}).items()}
-    sweep = any(r.get("sweep") for r in runs)
+def runs_table(runs: Sequence[RunRecord], reference: Mapping[str, Any] | None = None) -> str:
+    ref = {int(k): float(v) for k, v in ((reference or {}).get("speedup") or {}).items()}
+    sweep = any(r.sweep for r in runs)
     head = ("<tr><th>GPUs</th><th class='l'>algorithm</th>" + ("<th class='l'>sweep</th>" if sweep else "") +
             "<th>step ms</th>"
             "<th>speed-up</th>" + ("<th>reference</th>" if ref else "") +
             "<th>efficiency</th><th>all-reduce ms</th><th>busbw GB/s</th><th class='l'>bottleneck</th></tr>")
     rows = []
     for r in runs[:TABLE_MAX_ROWS]:
-        if r.get("step_time_s") is None:
+        if r.step_time_s is None:
+            peak = (r.memory.peak_GB if r.memory else None) or 0
+            capacity = (r.memory.capacity_GB if r.memory else None) or 0
             rows.append(
-                f"<tr><td>{r['gpus']}</td><td class='l'>{html.escape(r['algorithm'])}</td>"
+                f"<tr><td>{r.gpus}</td><td class='l'>{html.escape(r.algorithm)}</td>"
                 + (f"<td class='l'>{html.escape(combo_label(r))}</td>" if sweep else "") +
-                f"<td class='l' colspan='{7 if ref else 6}'>out of memory: needs {r.get('memory_peak_GB', 0):.2f} GB "
-                f"of {r.get('memory_capacity_GB', 0):.2f} GB per GPU (not simulated)</td></tr>")
+                f"<td class='l' colspan='{7 if ref else 6}'>out of memory: needs {peak:.2f} GB "
+                f"of {capacity:.2f} GB per GPU (not simulated)</td></tr>")
             continue
-        b = r["bottleneck"]
+        b = _bottleneck(r)
+        assert r.allreduce_time_s is not None and r.busbw_GBps is not None  # simulated
         rows.append(
-            f"<tr><td>{r['gpus']}</td><td class='l'>{html.escape(r['algorithm'])}</td>"
+            f"<tr><td>{r.gpus}</td><td class='l'>{html.escape(r.algorithm)}</td>"
             + (f"<td class='l'>{html.escape(combo_label(r))}</td>" if sweep else "") +
-            f"<td>{r['step_time_s'] * 1e3:.3f}{_band_text(r)}</td>"
-            f"<td>{_fmt(r['speedup'], '.3f')}</td>" + (f"<td>{ref[r['gpus']]:.3f}</td>" if r["gpus"] in ref else
-                                                        ("<td></td>" if ref else "")) +
-            f"<td>{_fmt(r['efficiency'], '.0%')}</td><td>{r['allreduce_time_s'] * 1e3:.3f}</td>"
-            f"<td>{r['busbw_GBps']:.2f}</td><td class='l'>{html.escape(str(b['resource']))} ({b['kind']}, "
-            f"{b['utilization']:.0%})</td></tr>")
+            f"<td>{r.step_time_s * 1e3:.3f}{_band_text(r)}</td>"
+            f"<td>{_fmt(r.speedup, '.3f')}</td>" + (f"<td>{ref[r.gpus]:.3f}</td>" if r.gpus in ref else
+                                                     ("<td></td>" if ref else "")) +
+            f"<td>{_fmt(r.efficiency, '.0%')}</td><td>{r.allreduce_time_s * 1e3:.3f}</td>"
+            f"<td>{r.busbw_GBps:.2f}</td><td class='l'>{html.escape(str(b.resource))} ({b.kind}, "
+            f"{b.utilization:.0%})</td></tr>")
     more = f"<p class='caption'>First {TABLE_MAX_ROWS} of {len(runs)} runs; all are in summary.csv.</p>" \
         if len(runs) > TABLE_MAX_ROWS else ""
     return f"<table class='runs'>{head}{''.join(rows)}</table>{more}"
 
 
-def scenario_report(summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int],
-                    topologies: dict[str, Topology], *, description: str = "",
+def scenario_report(result: ScenarioResult, *, description: str = "",
                     traces: dict[int, str] | None = None) -> str:
-    """The whole report.html for one simulated scenario. `details[i]` belongs to
-    summary["runs"][i]; `topologies` by name; `traces` maps run index -> trace path."""
-    table_html = runs_table(summary)
+    """The whole report.html for one simulated scenario. `traces` maps run index -> trace path."""
+    header, topologies = result.header, result.topologies
+    reference = header.get("reference")
+    table_html = runs_table(result.runs, reference)
     # out-of-memory runs have no timeline: the runs table names them, the plots leave them out
-    timed = [i for i, r in enumerate(summary["runs"]) if r.get("step_time_s") is not None]
+    timed = [i for i, r in enumerate(result.runs) if r.step_time_s is not None]
     position = {i: k for k, i in enumerate(timed)}
-    summary = {**summary, "runs": [summary["runs"][i] for i in timed]}
-    details = [details[i] for i in timed]
-    featured = [position[i] for i in featured if i in position]
+    runs = [result.runs[i] for i in timed]
+    details = [result.details[i] for i in timed]
+    featured = [position[i] for i in result.featured if i in position]
     traces = {position[i]: path for i, path in (traces or {}).items() if i in position}
-    runs = summary["runs"]
-    axes = summary.get("sweep_axes") or []
+    axes = header.get("sweep_axes") or []
     subtitle = html.escape(description) + "<br>" if description else ""
     subtitle += (f"{len(runs)} runs: {len(_algorithms(runs))} algorithm(s) x GPU counts "
-                 f"{sorted({r['gpus'] for r in runs})}" + (f" x sweep over {', '.join(axes)}" if axes else "") +
-                 f"; source {html.escape(str(summary.get('source', '')))}.")
+                 f"{sorted({r.gpus for r in runs})}" + (f" x sweep over {', '.join(axes)}" if axes else "") +
+                 f"; source {html.escape(str(header.get('source', '')))}.")
     sections = [Section("Runs", html=table_html, anchor="runs"),
-                Section("Speed-up", [speedup_figure(summary)], anchor="speedup", caption=(
+                Section("Speed-up", [speedup_figure(runs, reference)], anchor="speedup", caption=(
                     "Speed-up of each algorithm over one GPU of the same sweep combination; the dotted line is "
                     "linear scaling; stars are the scenario's reference (measured) figures when it gives some.")),
-                Section("Time breakdown", [breakdown_figure(summary)], anchor="breakdown", caption=(
+                Section("Time breakdown", [breakdown_figure(runs)], anchor="breakdown", caption=(
                     "Per step and per rank, averaged over ranks. Where activities overlap, compute wins over "
                     "data and data over communication, so 'communication' is the exposed part only; idle is "
                     "waiting (for peers, a slower rank, a barrier)."))]
-    heatmaps = utilisation_figures(summary, details, topologies)
+    heatmaps = utilisation_figures(runs, details, topologies)
     if heatmaps:
         sections.append(Section("Link utilisation", heatmaps, anchor="links", caption=(
             "Bytes each directed link carried over the run divided by what it could carry (bandwidth x run "
             "time). x: the run's bottleneck; open circle: the busiest link where the bottleneck is a compute "
             "resource. Per-run figures for every link are in details.json.")))
-    gantt = gantt_figure(summary, details, featured)
+    gantt = gantt_figure(runs, details, featured)
     if gantt is not None:
         sections.append(Section("Timeline of the first steps", [gantt], anchor="gantt", caption=(
             "Each rank's compute, data loading, host overhead and all-reduce (from the moment the rank joins the "
@@ -474,13 +478,13 @@ def scenario_report(summary: dict[str, Any], details: list[dict[str, Any]], feat
             "between the featured runs (per algorithm, its largest GPU count). Every transfer is in the runs' "
             "Chrome traces (traces/*.json: open them in ui.perfetto.dev).")))
     drawings = [fig for topo in topologies.values()
-                for fig in topology_figures(topo, highlight=bottleneck_links(summary, topo))]
+                for fig in topology_figures(topo, highlight=bottleneck_links(runs, topo))]
     if drawings:
         sections.append(Section("Topology", drawings, anchor="topology", caption=(
             "Colour: link kind; width: bandwidth (log scale); labels: bandwidth per direction (every link is "
             "full duplex). Red: links that are some run's bottleneck. Hover for figures. A cluster of many "
             "machines is drawn one marker per machine, with its first machine drawn in full beside it.")))
-    whatif = figures_for(summary)
+    whatif = figures_for(runs, result.extensions)
     if whatif:
         sections.append(Section("What-ifs: memory, cost, checkpoints, allocation", whatif, anchor="whatif", caption=(
             "Memory per run against the device's capacity (out-of-memory runs are never simulated); cost vs "
@@ -493,7 +497,7 @@ def scenario_report(summary: dict[str, Any], details: list[dict[str, Any]], feat
         sections.append(Section("Traces", html=f"<ul>{items}</ul>{more}", anchor="traces", caption=(
             "Chrome trace event files of the first steps of each run: one process per topology node, one "
             "thread per activity of a rank and per directed link. Load them in ui.perfetto.dev.")))
-    return html_page(f"gansim: {summary['scenario']}", sections, subtitle=subtitle)
+    return html_page(f"gansim: {header['scenario']}", sections, subtitle=subtitle)
 
 
 def topology_page(topo: Topology, info: dict[str, Any], summary_text: str) -> str:

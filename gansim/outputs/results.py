@@ -6,12 +6,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gansim.core.files import atomic_write
 from gansim.outputs.names import TRACE_DIR
 from gansim.outputs.report import scenario_report
+from gansim.runner.record import RunRecord
+from gansim.runner.sweep import ScenarioResult
 
 
 def to_json(summary: dict[str, Any]) -> str:
@@ -26,67 +29,62 @@ CSV_COLUMNS = [
 ]
 
 
-def flat_row(run: dict[str, Any], sweep_axes: list[str]) -> dict[str, Any]:
+def flat_row(run: RunRecord, sweep_axes: Sequence[str]) -> dict[str, Any]:
     """One CSV row; a run that did not fit in memory has no timings (empty cells)."""
-    row = {k: run.get(k) for k in CSV_COLUMNS}
-    row.update({k: (run.get("breakdown") or {}).get(k) for k in ("compute_s", "communication_s", "data_s", "idle_s")})
-    bottleneck = run.get("bottleneck") or {}
-    row["bottleneck_resource"] = bottleneck.get("resource")
-    row["bottleneck_kind"] = bottleneck.get("kind")
-    row["bottleneck_utilization"] = bottleneck.get("utilization")
-    link = run.get("busiest_link") or {}
-    row["busiest_link"] = link.get("resource")
-    row["busiest_link_utilization"] = link.get("utilization")
+    fields = run.to_dict()
+    row = {k: fields.get(k) for k in CSV_COLUMNS}
+    for name in ("compute_s", "communication_s", "data_s", "idle_s"):
+        row[name] = None if run.breakdown is None else getattr(run.breakdown, name)
+    row["bottleneck_resource"] = run.bottleneck.resource if run.bottleneck else None
+    row["bottleneck_kind"] = run.bottleneck.kind if run.bottleneck else None
+    row["bottleneck_utilization"] = run.bottleneck.utilization if run.bottleneck else None
+    row["busiest_link"] = run.busiest_link.resource if run.busiest_link else None
+    row["busiest_link_utilization"] = run.busiest_link.utilization if run.busiest_link else None
     for axis in sweep_axes:
-        row[f"sweep.{axis}"] = run.get("sweep", {}).get(axis)
-    band = run.get("band")
-    if band:  # a run from a calibration profile (gansim/prediction/bands.py)
-        row.update({f"band_{k}": band[k] for k in ("low_s", "high_s", "speedup_low", "speedup_high")})
+        row[f"sweep.{axis}"] = run.sweep.get(axis)
+    if run.band:  # a run from a calibration profile (gansim/prediction/bands.py)
+        row.update({f"band_{k}": run.band[k] for k in ("low_s", "high_s", "speedup_low", "speedup_high")})
     return row
 
 
-def to_csv(summary: dict[str, Any]) -> str:
-    axes = list(summary.get("sweep_axes", []))
+def to_csv(runs: Sequence[RunRecord], sweep_axes: Sequence[str] = ()) -> str:
+    """summary.csv: one row per run, a column per sweep axis (and the bands, where a run has one)."""
     out = io.StringIO()
     bands = [f"band_{k}" for k in ("low_s", "high_s", "speedup_low", "speedup_high")] \
-        if any(run.get("band") for run in summary["runs"]) else []
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS + [f"sweep.{a}" for a in axes] + bands, lineterminator="\n")
+        if any(run.band for run in runs) else []
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS + [f"sweep.{a}" for a in sweep_axes] + bands,
+                            lineterminator="\n")
     writer.writeheader()
-    for run in summary["runs"]:
-        writer.writerow(flat_row(run, axes))
+    for run in runs:
+        writer.writerow(flat_row(run, sweep_axes))
     return out.getvalue()
 
 
-def write_summary(out_dir: Path, summary: dict[str, Any]) -> list[Path]:
-    json_path, csv_path = out_dir / "summary.json", out_dir / "summary.csv"
-    json_text, csv_text = to_json(summary), to_csv(summary)  # render both before touching either
-    atomic_write(json_path, json_text)
-    atomic_write(csv_path, csv_text)
-    return [json_path, csv_path]
-
-
-def table(summary: dict[str, Any]) -> str:
+def table(scenario: str, runs: Sequence[RunRecord], reference: Mapping[str, Any] | None = None) -> str:
     """The printed table: one line per run, the reference beside it when there is one."""
-    reference = summary.get("reference") or {}
-    ref_speedup = {int(k): v for k, v in (reference.get("speedup") or {}).items()}
+    ref_speedup = {int(k): v for k, v in ((reference or {}).get("speedup") or {}).items()}
     header = f"{'gpus':>4} {'algorithm':<18} {'model':<10} {'step ms':>9} {'speedup':>8} {'ref':>7} " \
              f"{'eff':>5} {'ar ms':>8} {'busbw GB/s':>10}  bottleneck"
-    lines = [f"scenario {summary['scenario']}", header, "-" * len(header)]
-    for run in summary["runs"]:
-        ref = ref_speedup.get(run["gpus"])
-        extra = " ".join(f"{k}={v}" for k, v in run.get("sweep", {}).items())
-        head = f"{run['gpus']:>4} {run['algorithm']:<18} {run['cost_model']:<10} "
-        if run.get("step_time_s") is None:
-            lines.append(head + f"out of memory: needs {run.get('memory_peak_GB', 0):.2f} GB of "
-                                f"{run.get('memory_capacity_GB', 0):.2f} GB{'  ' + extra if extra else ''}")
+    lines = [f"scenario {scenario}", header, "-" * len(header)]
+    for run in runs:
+        ref = ref_speedup.get(run.gpus)
+        extra = " ".join(f"{k}={v}" for k, v in run.sweep.items())
+        head = f"{run.gpus:>4} {run.algorithm:<18} {run.cost_model:<10} "
+        if run.step_time_s is None:
+            memory = run.memory
+            peak = (memory.peak_GB if memory else None) or 0
+            capacity = (memory.capacity_GB if memory else None) or 0
+            lines.append(head + f"out of memory: needs {peak:.2f} GB of {capacity:.2f} GB"
+                                f"{'  ' + extra if extra else ''}")
             continue
-        b = run["bottleneck"]
-        speedup = f"{run['speedup']:>8.3f}" if run.get("speedup") is not None else f"{'-':>8}"
-        efficiency = f"{run['efficiency']:>5.2f}" if run.get("efficiency") is not None else f"{'-':>5}"
+        b = run.bottleneck
+        assert b is not None and run.allreduce_time_s is not None and run.busbw_GBps is not None  # simulated
+        speedup = f"{run.speedup:>8.3f}" if run.speedup is not None else f"{'-':>8}"
+        efficiency = f"{run.efficiency:>5.2f}" if run.efficiency is not None else f"{'-':>5}"
         lines.append(
-            head + f"{run['step_time_s'] * 1e3:>9.3f} {speedup} {('%.3f' % ref) if ref else '':>7} {efficiency} "
-            f"{run['allreduce_time_s'] * 1e3:>8.3f} {run['busbw_GBps']:>10.2f}  "
-            f"{b['resource']} ({b['kind']}, {b['utilization']:.0%}){'  ' + extra if extra else ''}"
+            head + f"{run.step_time_s * 1e3:>9.3f} {speedup} {('%.3f' % ref) if ref else '':>7} {efficiency} "
+            f"{run.allreduce_time_s * 1e3:>8.3f} {run.busbw_GBps:>10.2f}  "
+            f"{b.resource} ({b.kind}, {b.utilization:.0%}){'  ' + extra if extra else ''}"
         )
     return "\n".join(lines)
 
@@ -100,47 +98,47 @@ def _slug(text: str) -> str:
     return "-".join(part for part in keep.split("-") if part)[:80]
 
 
-def trace_name(index: int, run: dict[str, Any]) -> str:
+def trace_name(index: int, run: RunRecord) -> str:
     """traces/run-0003-4gpu-ring[-sweep values].json: stable, sortable, readable."""
-    combo = "-".join(f"{k}={v}" for k, v in run.get("sweep", {}).items())
-    base = f"{_TRACE_PREFIX}{index:04d}-{run['gpus']}gpu-{run['algorithm']}"
+    combo = "-".join(f"{k}={v}" for k, v in run.sweep.items())
+    base = f"{_TRACE_PREFIX}{index:04d}-{run.gpus}gpu-{run.algorithm}"
     return f"{TRACE_DIR}/{base}{'-' + _slug(combo) if combo else ''}.json"
 
 
-def details_document(summary: dict[str, Any], details: list[dict[str, Any]], topologies: dict[str, Any],
-                     traces: dict[int, str]) -> dict[str, Any]:
+def details_document(result: ScenarioResult, traces: dict[int, str]) -> dict[str, Any]:
     """details.json: what summary.json leaves out per run (every link's utilisation, where
     its trace is); link names and figures once per topology."""
+    details = result.details
     return {
-        "scenario": summary["scenario"],
-        "gansim_version": summary["gansim_version"],
+        "scenario": result.header["scenario"],
+        "gansim_version": result.header["gansim_version"],
         "topologies": {
             name: {"links": list(topo.link_names), "kinds": list(topo.link_kinds),
                    "bandwidth_GBps": [float(c) / 1e9 for c in topo.capacity_Bps]}
-            for name, topo in topologies.items()
+            for name, topo in result.topologies.items()
         },
         "runs": [
-            {"gpus": run["gpus"], "algorithm": run["algorithm"], "topology": run["topology"],
-             **({"sweep": run["sweep"]} if "sweep" in run else {}),
+            {"gpus": run.gpus, "algorithm": run.algorithm, "topology": run.topology,
+             **({"sweep": dict(run.sweep)} if run.sweep else {}),
              "link_utilization": details[i].get("link_utilization"), "trace": traces.get(i)}
-            for i, run in enumerate(summary["runs"])
+            for i, run in enumerate(result.runs)
         ],
     }
 
 
-def write_run_outputs(out_dir: Path, summary: dict[str, Any], details: list[dict[str, Any]], featured: list[int],
-                      topologies: dict[str, Any], *, description: str = "",
+def write_run_outputs(out_dir: Path, result: ScenarioResult, *, description: str = "",
                       summary_files: bool = True) -> list[Path]:
     """Write summary.json/csv, report.html, details.json and traces/*.json. Everything is
     rendered before anything is written, each file is written atomically, and traces of an
     earlier run that this one did not produce are removed."""
-    traces = {i: trace_name(i, run) for i, run in enumerate(summary["runs"]) if "trace" in details[i]}
+    details = result.details
+    traces = {i: trace_name(i, run) for i, run in enumerate(result.runs) if "trace" in details[i]}
     texts: list[tuple[Path, str]] = []
     if summary_files:
-        texts += [(out_dir / "summary.json", to_json(summary)), (out_dir / "summary.csv", to_csv(summary))]
-    texts.append((out_dir / "report.html", scenario_report(summary, details, featured, topologies,
-                                                           description=description, traces=traces)))
-    texts.append((out_dir / "details.json", to_json(details_document(summary, details, topologies, traces))))
+        texts += [(out_dir / "summary.json", to_json(result.summary)),
+                  (out_dir / "summary.csv", to_csv(result.runs, result.header["sweep_axes"]))]
+    texts.append((out_dir / "report.html", scenario_report(result, description=description, traces=traces)))
+    texts.append((out_dir / "details.json", to_json(details_document(result, traces))))
     written = []
     for i, rel in sorted(traces.items()):
         atomic_write(out_dir / rel, details[i]["trace"])

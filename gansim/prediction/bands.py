@@ -22,12 +22,13 @@ count it as zero.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from gansim.calibration.profile.schema import Profile
 from gansim.core.config import TrainingOptions
 from gansim.prediction.published import BANDS, compare, load_published, summarize
+from gansim.runner.record import RunRecord
 from gansim.training.workloads import GanWorkload
 
 
@@ -110,16 +111,17 @@ def step_band(step_s: float, speedup: float, communication_s: float, spread: Opt
                     unknown)
 
 
-def record_band(record: dict[str, Any], speedup: float, spread: Optional[float], band: str) -> StepBand:
+def record_band(record: RunRecord, speedup: float, spread: Optional[float], band: str) -> StepBand:
     """The band of a simulated run's record (its step time and the breakdown's communication)."""
-    return step_band(record["step_time_s"], speedup, record["breakdown"]["communication_s"], spread, band)
+    assert record.step_time_s is not None and record.breakdown is not None  # a run that was simulated
+    return step_band(record.step_time_s, speedup, record.breakdown.communication_s, spread, band)
 
 
-def add_scenario_bands(summary: dict[str, Any], workload: GanWorkload, options: TrainingOptions,
-                       profile: Profile) -> None:
-    """Every simulated run of a scenario run from `profile` gets its `band` (StepBand.as_dict)."""
+def with_scenario_bands(runs: list[RunRecord], workload: GanWorkload, options: TrainingOptions,
+                        profile: Profile) -> list[RunRecord]:
+    """The runs of a scenario run from `profile`, each simulated one with its `band`
+    (StepBand.as_dict)."""
     band = size_band(message_sizes(workload, options))
     spread = calibration_spread(profile)
-    for run in summary["runs"]:
-        if run.get("step_time_s") is not None and run.get("speedup") is not None:
-            run["band"] = record_band(run, run["speedup"], spread, band).as_dict()
+    return [replace(run, band=record_band(run, run.speedup, spread, band).as_dict())
+            if run.step_time_s is not None and run.speedup is not None else run for run in runs]

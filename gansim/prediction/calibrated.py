@@ -18,6 +18,7 @@ from gansim.core.units import MiB
 from gansim.prediction.bands import StepBand, calibration_spread, message_sizes, record_band, size_band
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.point import simulate_point
+from gansim.runner.record import RunRecord
 from gansim.topology.graph import Topology, load_topology, topology_from_dict
 from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
 
@@ -111,7 +112,7 @@ class Prediction:
     world_size: int
     step_time_s: float
     speedup: float
-    record: dict[str, Any]
+    record: RunRecord
     # the roofline that moved the compute to the target device (None: same device)
     compute_scaled_from: dict[str, Any] | None = None
     per_gpu_batch: float = 0.0
@@ -194,7 +195,7 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
         phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
     options = TrainingOptions(**profile_options(profile))
-    records: dict[int, dict[str, Any]] = {}
+    records: dict[int, RunRecord] = {}
     batches: dict[int, float] = {}
     for w in sizes:
         batches[w] = batch_shape(profile, per_gpu_batch, global_batch, w)
@@ -202,15 +203,15 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         factor = sharing_factor(profile, w) if target is None else 1.0
         step_phases = phases_at_batch(profile, phases, batches[w]).slowed(factor)
         records[w] = simulate_profile_point(profile, unshared, w, algorithm, options, workload, step_phases)
-    t1 = records[1]["step_time_s"]
+    t1 = records[1].step_time_s
     predictions = []
     for w in sorted(set(world_sizes)):
-        speedup = w * batches[w] / batches[1] * t1 / records[w]["step_time_s"]
+        speedup = w * batches[w] / batches[1] * t1 / records[w].step_time_s
         band = None
         if with_bands:
             band = record_band(records[w], speedup, calibration_spread(profile),
                                size_band(message_sizes(workload, options)))
-        predictions.append(Prediction(w, records[w]["step_time_s"], speedup, records[w], scaled_from, batches[w], band))
+        predictions.append(Prediction(w, records[w].step_time_s, speedup, records[w], scaled_from, batches[w], band))
     return predictions
 
 
@@ -225,7 +226,7 @@ def check_movable(profile: Profile, target: Any) -> None:
 
 
 def simulate_profile_point(profile: Profile, topology: Topology, world_size: int, algorithm: str,
-                           options: TrainingOptions, workload: GanWorkload, phases: StepPhases) -> dict[str, Any]:
+                           options: TrainingOptions, workload: GanWorkload, phases: StepPhases) -> RunRecord:
     """One simulated world size of a profile's training with the given phases."""
     scenario = Scenario(name="predict", topology=topology.name, workload="calibrated", gpus=[world_size],
                         algorithms=[algorithm], per_gpu_batch=profile.provenance.batch_size,

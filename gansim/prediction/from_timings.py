@@ -148,7 +148,7 @@ def calibrate_from_timings(rows: list[TimingRow], source: str, workload_name: st
     communication: dict[int, float] = {}
     for gpus in sorted({r.gpus for r in rows}):
         communication[gpus] = 0.0 if gpus == 1 else simulate_profile_point(
-            provisional, topology, gpus, algorithm, options, sim_workload, idle)["step_time_s"]
+            provisional, topology, gpus, algorithm, options, sim_workload, idle).step_time_s
     fit = fit_timings(fitted, [communication[r.gpus] for r in fitted], source)
     figures = {k: fit.figures[k] for k in FIGURES}
     table = [TimingsRow(gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, accumulation=r.accumulation,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,8 +21,9 @@ from gansim.prediction.calibrated import (
     sharing_factor,
     without_core_pools,
 )
-from gansim.prediction.bands import add_scenario_bands
+from gansim.prediction.bands import with_scenario_bands
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
+from gansim.runner.record import RunRecord
 from gansim.runner.scenario import LoadedScenario
 from gansim.training.workloads import GanWorkload, resolve_workload
 
@@ -94,12 +94,12 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str,
     )
 
 
-def add_bands(loaded: LoadedScenario, summary: dict[str, Any]) -> None:
-    """Every run of a scenario run from a profile gets the band of its step time and speed-up
+def with_bands(loaded: LoadedScenario, runs: list[RunRecord]) -> list[RunRecord]:
+    """The runs of a scenario run from a profile, each with the band of its step time and speed-up
     (gansim/prediction/bands.py), from its profile's run-to-run spread and the communication
     model's validation error in the size band of its workload's all-reduces."""
     spec = loaded.scenario.workload
     assert isinstance(spec, ProfiledWorkloadSpec)
     workload = resolve_workload(spec, loaded.scenario.reference_batch(), source=loaded.source)
     assert isinstance(workload, GanWorkload)
-    add_scenario_bands(summary, workload, loaded.scenario.options, load_profile(spec.from_profile))
+    return with_scenario_bands(runs, workload, loaded.scenario.options, load_profile(spec.from_profile))

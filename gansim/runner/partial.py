@@ -21,11 +21,12 @@ from typing import Any
 from gansim.core.errors import OutputError
 from gansim.core.version import __version__
 from gansim.runner.point import PointHooks, RunRequest
+from gansim.runner.record import RunRecord
 from gansim.runner.scenario import LoadedScenario
 from gansim.topology.graph import Topology
 
 # (record, details) as one point's worker returns them
-PointResult = tuple[dict[str, Any], dict[str, Any]]
+PointResult = tuple[RunRecord, dict[str, Any]]
 
 _SUFFIX = ".json"
 
@@ -53,11 +54,15 @@ class PointStore:
             return None
         if kept.get("key") != key or not (isinstance(record, dict) and isinstance(details, dict)):
             return None
-        return record, details
+        try:
+            return RunRecord.from_dict(record), details
+        except (KeyError, TypeError, ValueError):
+            return None  # a record of another shape (damaged outside gansim): simulated again
 
     def put(self, key: str, result: PointResult) -> None:
         record, details = result
-        text = json.dumps({"key": key, "gansim_version": __version__, "record": record, "details": details})
+        text = json.dumps({"key": key, "gansim_version": __version__, "record": record.to_dict(),
+                           "details": details})
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.folder)

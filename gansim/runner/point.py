@@ -8,12 +8,12 @@ beside the simulation."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from gansim.core.config import Scenario
 from gansim.network.cluster import Cluster
-from gansim.runner.record import analyze
+from gansim.runner.record import Memory, RunRecord, analyze
 from gansim.runner.scenario import LoadedScenario
 from gansim.topology.graph import Topology
 from gansim.training.memory import memory_report
@@ -21,6 +21,7 @@ from gansim.training.step import RunPoint, RunTimeline, simulate
 from gansim.training.workloads import GanWorkload, StepPhases, scenario_workload
 
 # extend(scenario, topology, gpus, algorithm, record, source=...) -> extra record fields
+# (RunRecord.with_extensions)
 ExtendRecord = Callable[..., dict[str, Any]]
 # details(timeline, level=..., title=...) -> what the outputs keep of the raw timeline
 TimelineDetails = Callable[..., dict[str, Any]]
@@ -55,12 +56,12 @@ class RunRequest:
     baseline_only: bool = False  # a 1-GPU run the scenario does not list, for its speed-ups
 
 
-def run_one(request: RunRequest) -> dict[str, Any]:
+def run_one(request: RunRequest) -> RunRecord:
     """Simulate one point; returns its record without speed-up (that needs the baseline)."""
     return run_one_detailed(request)[0]
 
 
-def run_one_detailed(request: RunRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_one_detailed(request: RunRequest) -> tuple[RunRecord, dict[str, Any]]:
     """Simulate one point in whatever process runs it; return its record and the details
     its request asked for, plus the CPU seconds this process spent on it (`cpu_s`)."""
     cpu = time.process_time()
@@ -85,9 +86,10 @@ def run_one_detailed(request: RunRequest) -> tuple[dict[str, Any], dict[str, Any
                                 on_timeline=inspect,
                                 keep_transfers=FULL_DETAIL_TRANSFERS if request.detail == "full" else 0)
         if hooks.extend is not None:
-            record.update(hooks.extend(s, topo, request.gpus, request.algorithm, record, source=loaded.source))
+            record = record.with_extensions(
+                hooks.extend(s, topo, request.gpus, request.algorithm, record, source=loaded.source))
     if request.overrides:
-        record["sweep"] = {k: v for k, v in request.overrides}
+        record = replace(record, sweep=dict(request.overrides))
     details["cpu_s"] = time.process_time() - cpu
     return record, details
 
@@ -95,7 +97,7 @@ def run_one_detailed(request: RunRequest) -> tuple[dict[str, Any], dict[str, Any
 def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *, source: str | None = None,
                    workload: tuple[GanWorkload, StepPhases] | None = None,
                    on_timeline: Callable[[RunTimeline], None] | None = None,
-                   keep_transfers: int = 0) -> dict[str, Any]:
+                   keep_transfers: int = 0) -> RunRecord:
     """Simulate one point. `workload` (a workload and its phase times) replaces the
     scenario's workload, for predictions from a calibration profile; `on_timeline` sees
     the raw timeline before it is dropped (for traces and per-link figures), which keeps
@@ -123,24 +125,11 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
                         keep_transfers=keep_transfers)
     if on_timeline is not None:
         on_timeline(timeline)
-    record: dict[str, Any] = {
-        "gpus": gpus,
-        "algorithm": algorithm,
-        "cost_model": s.cost_model,
-        "topology": topo.name,
-        "workload": workload.name,
-        "scaling": s.scaling,
-        "per_gpu_batch": batch,
-    }
-    record.update(analyze(timeline, workload))
-    return record
+    return RunRecord(gpus=gpus, algorithm=algorithm, cost_model=s.cost_model, topology=topo.name,
+                     scaling=s.scaling, workload=workload.name, per_gpu_batch=batch, **analyze(timeline, workload))
 
 
-def oom_record(scenario: Scenario, topology: Topology, gpus: int, algorithm: str, report: dict[str, Any]) -> dict[str, Any]:
+def oom_record(scenario: Scenario, topology: Topology, gpus: int, algorithm: str, report: dict[str, Any]) -> RunRecord:
     """The record of a run that does not fit (never simulated)."""
-    return {
-        "gpus": gpus, "algorithm": algorithm, "cost_model": scenario.cost_model, "topology": topology.name,
-        "scaling": scenario.scaling, "out_of_memory": True, "fits": False,
-        "memory_peak_GB": report["memory_peak_GB"], "memory_capacity_GB": report["memory_capacity_GB"],
-        "memory_parts": report["parts"], "step_time_s": None,
-    }
+    return RunRecord(gpus=gpus, algorithm=algorithm, cost_model=scenario.cost_model, topology=topology.name,
+                     scaling=scenario.scaling, out_of_memory=True, memory=Memory.from_report(report))

@@ -74,6 +74,6 @@ def run_scenario(loaded: LoadedScenario, executor: str | Executor | None = "loca
     finally:
         close()
     if hooks.summary is not None:
-        result.summary.update(hooks.summary(loaded))
+        result.extensions.update(hooks.summary(loaded))
     result.wall_s = time.perf_counter() - wall
     return result

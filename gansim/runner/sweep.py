@@ -14,6 +14,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.version import __version__
 from gansim.runner.partial import PointResult, PointStore, point_keys
 from gansim.runner.point import PointHooks, RunRequest, run_one_detailed
+from gansim.runner.record import RunRecord
 from gansim.runner.scenario import LoadedScenario
 from gansim.topology.graph import Topology
 
@@ -27,17 +28,27 @@ TRACE_POLICIES = ("auto", "all", "featured", "none")
 
 @dataclass
 class ScenarioResult:
-    """A simulated scenario: the summary (summary.json), and per summary run the details
-    that came back from its worker (link utilisation; Gantt and trace where asked)."""
+    """A simulated scenario: its runs' records, the scenario's own fields, and per run the
+    details that came back from its worker (link utilisation; Gantt and trace where asked).
+    `summary` is summary.json's object."""
 
-    summary: dict[str, Any]
+    header: dict[str, Any]  # summary.json's fields before `runs`: scenario, gansim_version, source, ...
+    runs: list[RunRecord]
     details: list[dict[str, Any]]
-    featured: list[int]  # indices into summary["runs"] the report draws a Gantt for
+    featured: list[int]  # indices into runs the report draws a Gantt for
     cpu_s: float = 0.0  # CPU seconds the workers spent simulating, the runs simulated by this call
     wall_s: float = 0.0
     topologies: dict[str, Topology] = field(default_factory=dict)  # by name, as in the files (unscaled)
     simulated: int = 0  # points this call simulated, 1-GPU baselines included
     resumed: int = 0  # points taken from the partial state an earlier, interrupted call kept
+    # What the layers above add to the whole scenario (the what-ifs' plan, elastic), after
+    # `runs`; each its own JSON document, open-ended like RunRecord.extensions.
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """summary.json's object (a new one on every call)."""
+        return {**self.header, "runs": [run.to_dict() for run in self.runs], **self.extensions}
 
 
 def run_requests(loaded: LoadedScenario, hooks: PointHooks = PointHooks()) -> list[RunRequest]:
@@ -96,11 +107,11 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
                     for i, r in enumerate(requests)]
     results, simulated = _map(executor, requests, progress, store, loaded)
     records = [rec for rec, _ in results]
-    baseline: dict[tuple, dict[str, Any]] = {}
+    baseline: dict[tuple, RunRecord] = {}
     for req, rec in zip(requests, records):
         if req.gpus == 1:
             baseline.setdefault(req.overrides, rec)
-    runs = []
+    runs: list[RunRecord] = []
     run_details: list[dict[str, Any]] = []
     run_featured: list[int] = []
     wanted = {(r.overrides, r.gpus, r.algorithm) for r in requests if not r.baseline_only}
@@ -113,35 +124,29 @@ def simulate_runs(loaded: LoadedScenario, executor: Executor | None = None,
             continue
         seen.add(key)
         base = baseline[req.overrides]
-        if rec["step_time_s"] and base["step_time_s"]:
-            ratio = base["step_time_s"] / rec["step_time_s"]
+        if rec.step_time_s and base.step_time_s:
+            ratio = base.step_time_s / rec.step_time_s
             speedup: float | None = ratio * req.gpus if scaling[req.overrides] == "weak" else ratio
         else:
             speedup = None  # out of memory here or at the 1-GPU baseline: no speed-up to give
-        ordered = {k: rec.get(k) for k in ("gpus", "algorithm", "cost_model", "topology", "workload", "scaling",
-                                            "per_gpu_batch", "step_time_s")}
-        ordered["speedup"] = speedup
-        ordered["efficiency"] = speedup / req.gpus if speedup is not None else None
-        ordered.update({k: v for k, v in rec.items() if k not in ordered})
         if i in featured:
             run_featured.append(len(runs))
-        runs.append(ordered)
+        runs.append(replace(rec, speedup=speedup, efficiency=speedup / req.gpus if speedup is not None else None))
         run_details.append(results[i][1])
     s = loaded.scenario
-    summary = {
+    header = {
         "scenario": s.name,
         "gansim_version": __version__,
         "source": Path(loaded.source).name,
         "sweep_axes": list(s.sweep),
         "reference": s.reference.model_dump() if s.reference else None,
-        "runs": runs,
     }
     topologies: dict[str, Topology] = {}
     if traces is not None:
         for overrides in dict.fromkeys(r.overrides for r in requests):
             topo = loaded.topology(loaded.with_overrides(dict(overrides)))
             topologies.setdefault(topo.name, topo)
-    return ScenarioResult(summary, run_details, run_featured,
+    return ScenarioResult(header, runs, run_details, run_featured,
                           cpu_s=sum(results[i][1].get("cpu_s", 0.0) for i in simulated),
                           wall_s=time.perf_counter() - wall, topologies=topologies,
                           simulated=len(simulated), resumed=len(requests) - len(simulated))

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from gansim.core.config import Scenario
 from gansim.core.errors import UserInputError
 from gansim.runner.point import simulate_point
+from gansim.runner.record import RunRecord
 from gansim.training.memory import memory_report
 from gansim.training.workloads import scenario_workload
 from gansim.whatif.catalog import get_platform, platform_topology, run_cost
@@ -27,7 +28,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
 
 def plan(scenario: Scenario, *, platforms: list[str], pricing: list[str] | None = None,
          deadline_hours: float | None = None, gpus: list[int] | None = None, algorithm: str | None = None,
-         source: str | None = None, simulate: Callable[..., dict[str, Any]] = simulate_point) -> dict[str, Any]:
+         source: str | None = None, simulate: Callable[..., RunRecord] = simulate_point) -> dict[str, Any]:
     """Simulate the scenario's workload on each catalog platform (at each GPU count, each
     pricing) for the scenario's whole run, and pick the cheapest that meets the deadline.
 
@@ -72,7 +73,7 @@ def plan(scenario: Scenario, *, platforms: list[str], pricing: list[str] | None 
                 run = whole_run(scenario, topo, g, record, workload=workload, source=source,
                                 with_preemption=(price == "spot"))
                 cost = run_cost(p, g, run["time_to_train_s"], price)
-                rows.append({**base, "pricing": price, "algorithm": algorithm, "step_time_s": record["step_time_s"],
+                rows.append({**base, "pricing": price, "algorithm": algorithm, "step_time_s": record.step_time_s,
                              "time_to_train_s": run["time_to_train_s"], "goodput": run["goodput"],
                              "failures": run.get("failures", 0), "preemptions": run.get("preemptions", 0),
                              **cost})

@@ -24,6 +24,7 @@ from gansim.core.config import Scenario
 from gansim.core.errors import UserInputError
 from gansim.core.units import HOUR
 from gansim.runner.point import simulate_point
+from gansim.runner.record import RunRecord
 from gansim.topology.graph import Topology
 from gansim.training.memory import memory_report
 from gansim.whatif.catalog import get_platform, price_per_hour
@@ -41,7 +42,7 @@ def _next_gpus(g: int, util: float, spec: Any) -> int:
 
 
 def simulate_elastic(scenario: Scenario, topology: Topology, *, source: str | None = None,
-                     simulate: Callable[..., dict[str, Any]] = simulate_point) -> dict[str, Any]:
+                     simulate: Callable[..., RunRecord] = simulate_point) -> dict[str, Any]:
     spec = scenario.elastic
     run = scenario.run
     if spec is None or run is None:
@@ -60,8 +61,8 @@ def simulate_elastic(scenario: Scenario, topology: Topology, *, source: str | No
                 cache[g] = {"gpus": g, "fits": False, "memory_peak_GB": mem["memory_peak_GB"]}
             else:
                 rec = simulate(scenario, topology, g, algorithm, source=source)
-                step = float(rec["step_time_s"])
-                util = float(rec["breakdown"]["compute_s"]) / step if step > 0 else 0.0
+                step = float(rec.step_time_s)
+                util = float(rec.breakdown.compute_s) / step if step > 0 else 0.0
                 steps = max(1, math.ceil(data.images / (scenario.batch_per_gpu(g) * g)))
                 cache[g] = {"gpus": g, "fits": True, "step_time_s": step, "utilisation": min(util, 1.0),
                             "steps_per_epoch": steps, "epoch_time_s": steps * step}

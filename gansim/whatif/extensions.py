@@ -18,6 +18,7 @@ from gansim.core.config import Scenario
 from gansim.core.errors import UserInputError
 from gansim.core.units import HOUR
 from gansim.runner.point import simulate_point
+from gansim.runner.record import RunRecord
 from gansim.runner.scenario import LoadedScenario
 from gansim.topology.graph import Topology
 from gansim.training.memory import memory_report
@@ -31,7 +32,7 @@ from gansim.whatif.whole_run import run_segments, whole_run
 
 # ----------------------------------------------------------------------------- per run
 def evaluate_run_extensions(scenario: Scenario, topology: Topology, gpus: int, algorithm: str,
-                            record: dict[str, Any] | None, *, source: str | None = None,
+                            record: RunRecord | None, *, source: str | None = None,
                             workload: Workload | None = None) -> dict[str, Any]:
     """The extra fields of one run's record: memory_peak_GB, memory_capacity_GB, fits,
     memory_parts, and when configured: the whole run (time_to_train_s, goodput, lost_work_s,
@@ -110,7 +111,7 @@ def check_scenario(loaded: LoadedScenario) -> None:
 
 
 def evaluate_scenario_extensions(loaded: LoadedScenario, *,
-                                 simulate: Callable[..., dict[str, Any]] = simulate_point) -> dict[str, Any]:
+                                 simulate: Callable[..., RunRecord] = simulate_point) -> dict[str, Any]:
     """Scenario-level results (JSON-able): {"plan": ...} when the scenario has `plan:`,
     {"elastic": ...} when it has `elastic:`; {} otherwise. Uses the scenario as written (not
     its sweep overrides)."""

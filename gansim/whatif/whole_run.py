@@ -10,6 +10,7 @@ from typing import Any
 from gansim.core.config import Scenario
 from gansim.core.units import HOUR
 from gansim.topology.graph import Topology
+from gansim.runner.record import RunRecord
 from gansim.training.memory import checkpoint_bytes
 from gansim.training.workloads import GanWorkload, Workload, scenario_workload
 from gansim.whatif.datasets import dataset_for
@@ -50,7 +51,7 @@ def run_segments(scenario: Scenario, gpus: int) -> int:
     return math.ceil(total / scenario.checkpoint.every_steps) if scenario.checkpoint else 1
 
 
-def whole_run(scenario: Scenario, topology: Topology, gpus: int, record: dict[str, Any], *,
+def whole_run(scenario: Scenario, topology: Topology, gpus: int, record: RunRecord, *,
               workload: Workload | None = None, source: str | None = None, with_preemption: bool = True,
               seed: int | None = None) -> dict[str, Any]:
     """The scenario's whole training run on this point (scenario.run must be set): the step
@@ -66,7 +67,7 @@ def whole_run(scenario: Scenario, topology: Topology, gpus: int, record: dict[st
                                      and workload.architecture is not None else 0.0)
     input_epoch_s = epoch_input_seconds(storage, data.images, file_bytes, run.data_format)
     input_step_s = input_epoch_s / steps_per_epoch
-    step_s = step_with_input(float(record["step_time_s"]), input_step_s, bool(storage and storage.overlap_input))
+    step_s = step_with_input(float(record.step_time_s), input_step_s, bool(storage and storage.overlap_input))
     startup_s = dataset_load_seconds(storage, data.packed_bytes, run.data_format)
 
     ckpt = scenario.checkpoint
