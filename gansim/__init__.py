@@ -12,6 +12,8 @@ result whose `to_dict()` is the command's JSON)::
     predicted = gansim.predict("profile.json", [1, 2, 4], topology="dgx-a100")
     table = gansim.nccl_tests("dgx-a100", 8, maxbytes="1G")
     report = gansim.validate(published=True)
+    made = gansim.calibrate(from_timings="times.csv", workload="paper-mlp-gan",
+                            topology="paper-gtx1080ti-pcie", out="profile.json")
 
 Bad input raises gansim.UserInputError with the command's one-line message.
 
@@ -40,6 +42,8 @@ _API = {
     "Topology": ("gansim.topology.graph", "Topology"),
     "UserInputError": ("gansim.core.errors", "UserInputError"),
     "ValidationResult": ("gansim.api", "ValidationResult"),
+    "CalibrationResult": ("gansim.api.calibration", "CalibrationResult"),
+    "calibrate": ("gansim.api.calibration", "calibrate"),
     "load_profile": ("gansim.calibration.profile.schema", "load_profile"),
     "load_scenario": ("gansim.whatif.study", "load_scenario"),
     "load_topology": ("gansim.topology.graph", "load_topology"),

@@ -5,6 +5,7 @@ the command's one-line message."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -112,3 +113,27 @@ def resolve_profile(tmp_path):
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
     return path
+
+
+def test_calibrate_from_timings_writes_what_the_command_writes(tmp_path, capsys):
+    csv = Path(__file__).resolve().parent.parent / "examples" / "timings" / "paper-table3.csv"
+    common = {"workload": "paper-mlp-gan", "topology": "paper-gtx1080ti-pcie", "fit_gpus": [1, 2]}
+    made = gansim.calibrate(from_timings=str(csv), out=str(tmp_path / "api.json"), **common)
+    assert made.source == "timings" and made.profile.fit.timings is not None
+    assert main(["calibrate", "--from-timings", str(csv), "--workload", "paper-mlp-gan", "--topology",
+                 "paper-gtx1080ti-pcie", "--fit-gpus", "1,2", "--out", str(tmp_path / "cli.json")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert list(made.lines) == printed  # the figures and each row's residual
+    api, cli = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("api", "cli"))
+    for document in (api, cli):
+        document["provenance"].pop("date")
+    assert api == cli
+
+
+def test_calibrate_refuses_a_bad_argument_with_the_commands_message(tmp_path, capsys):
+    with pytest.raises(gansim.UserInputError) as err:
+        gansim.calibrate(world_sizes="1", out=str(tmp_path / "p.json"))
+    assert main(["calibrate", "--world-sizes", "1", "--out", str(tmp_path / "p.json")]) == 2
+    assert str(err.value) in capsys.readouterr().err
+    with pytest.raises(gansim.UserInputError, match="unknown argument 'world_size'"):
+        gansim.calibrate(world_size=2)

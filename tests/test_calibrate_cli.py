@@ -1,4 +1,5 @@
-"""gansim.cli.calibrate: flag validation, no torch at import time, an end-to-end tiny calibration."""
+"""gansim calibrate: flag validation (gansim.api.calibration, which the command passes its flags
+to), no torch at import time, an end-to-end tiny calibration."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import sys
 
 import pytest
 
-from gansim.cli.calibrate import INSTALL_HINT, parse_sizes, register, validate_args
+from gansim.api.calibration import INSTALL_HINT, CalibrateRequest, parse_sizes, validate_request
+from gansim.cli.calibrate import register, request_arguments
 from gansim.cli.main import main
 from gansim.core.errors import UserInputError
 from gansim.training.workloads import ARCHITECTURES
@@ -24,6 +26,11 @@ def parse(*argv):
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
     return parser.parse_args(["calibrate", *argv])
+
+
+def validate_args(args):
+    """What the command checks of its flags: the API's arguments from them, checked."""
+    return validate_request(CalibrateRequest(**request_arguments(args)))
 
 
 def test_defaults_validate(tmp_path):

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, number, positive_int
+from gansim.cli.args import EXIT_OK, positive_int
+from gansim.core.values import number
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from gansim.cli.args import positive_int_list
+from gansim.core.values import positive_int_list
 from gansim.core.errors import UserInputError
 from gansim.core.files import atomic_write, check_output_dir
 from gansim.core.units import HOUR

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, positive_float, positive_int_list
+from gansim.cli.args import EXIT_OK, positive_float
+from gansim.core.values import positive_int_list
 
 
 def register(sub: Any) -> None:
