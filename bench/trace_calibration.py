@@ -60,7 +60,7 @@ def from_traces(work: Path, profiled_steps: int) -> list[float]:
 
 def from_script(work: Path, steps: int) -> list[float]:
     out = work / "script.json"
-    done = subprocess.run([sys.executable, "-m", "gansim.cli.main", "calibrate", "--script", str(SCRIPT),
+    done = subprocess.run([sys.executable, "-m", "gansim", "calibrate", "--script", str(SCRIPT),
                            "--world-sizes", "1,2", "--repeats", "1", "--steps", str(steps), "--warmup", "3",
                            "--out", str(out)], env=ENV, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
