@@ -82,10 +82,10 @@ def test_input_pipelines_on_shared_cores_time_as_on_the_flow_network(monkeypatch
     batched, (pooled, _) = run(monkeypatch, True, **options)
     flowed, (none, _) = run(monkeypatch, False, **options)
     assert pooled == 3 and none == 0  # one group per step
-    assert batched["step_time_s"] == pytest.approx(flowed["step_time_s"], rel=1e-12)
-    assert batched["allreduce_time_s"] == pytest.approx(flowed["allreduce_time_s"], rel=1e-9)
-    assert batched["breakdown"] == pytest.approx(flowed["breakdown"], rel=1e-9, abs=1e-15)
-    assert batched["bottleneck"]["resource"] == flowed["bottleneck"]["resource"]
+    assert batched.step_time_s == pytest.approx(flowed.step_time_s, rel=1e-12)
+    assert batched.allreduce_time_s == pytest.approx(flowed.allreduce_time_s, rel=1e-9)
+    assert batched.breakdown.to_dict() == pytest.approx(flowed.breakdown.to_dict(), rel=1e-9, abs=1e-15)
+    assert batched.bottleneck.resource == flowed.bottleneck.resource
 
 
 def test_a_run_that_needs_events_keeps_its_input_pipelines_as_flows(monkeypatch):
@@ -93,7 +93,7 @@ def test_a_run_that_needs_events_keeps_its_input_pipelines_as_flows(monkeypatch)
     batched, (pooled, _) = run(monkeypatch, True, algorithm="nccl", overlap=True)
     flowed, _ = run(monkeypatch, False, algorithm="nccl", overlap=True)
     assert pooled == 0
-    assert batched["step_time_s"] == pytest.approx(flowed["step_time_s"], rel=1e-9)
+    assert batched.step_time_s == pytest.approx(flowed.step_time_s, rel=1e-9)
 
 
 def test_flow_routes_kept_only_on_wanted_resources_batch_by_batch():

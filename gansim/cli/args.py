@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Callable, NoReturn
 
-from gansim.core.values import number, positive_int_list, whole_number
+from gansim.core.values import number, whole_number
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 

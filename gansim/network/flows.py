@@ -338,10 +338,6 @@ class FlowNetwork:
         self._in_event = False
         self._reschedule()
 
-    @property
-    def active_flows(self) -> int:
-        return int(self._tags.size)
-
     def carried_per_resource(self, routes: np.ndarray, amounts: np.ndarray) -> np.ndarray:
         """Total work each resource carried (bytes on links, seconds on compute), given
         every flow's route and amount (times the route's weight on each resource)."""

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gansim.calibration.fit.timings import compute_per_step
 from gansim.calibration.profile.phases import COMPUTE_PHASES
 from gansim.calibration.profile.schema import NETWORK_PHASES, Profile
 from gansim.core import limits
@@ -150,7 +151,7 @@ def phases_at_batch(profile: Profile, phases: StepPhases, batch: float) -> StepP
     if timings is None:
         return phases if batch == phases.batch else phases.at_batch(batch)
     rounds = max(1, math.ceil(batch / timings.round_batch - 1e-9))
-    total = rounds * timings.round_fixed_s + batch * timings.per_sample_s
+    total = compute_per_step(timings.round_fixed_s, timings.per_sample_s, batch, rounds)
     return replace(phases, batch=batch, data_host_s=0.0,
                    **{name: total * timings.phase_shares.get(name, 0.0) for name in NETWORK_PHASES})
 

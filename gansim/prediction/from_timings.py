@@ -24,7 +24,7 @@ from gansim.calibration.profile.schema import (
     TimingsFigures,
     TimingsRow,
 )
-from gansim.calibration.fit.timings import FIGURES, TimingRow, TimingsFit, fit_timings
+from gansim.calibration.fit.timings import FIGURES, TimingRow, TimingsFit, compute_per_step, fit_timings
 from gansim.collectives.schedules import ALGORITHMS
 from gansim.core.config import GanWorkloadSpec, TrainingOptions, parse
 from gansim.core.errors import UserInputError
@@ -127,8 +127,8 @@ def calibrate_from_timings(rows: list[TimingRow], source: str, workload_name: st
             **figures, determined=list(determined), combined=combined,
             round_batch=max(r.round_batch for r in fitted), topology=str(topology_name), algorithm=algorithm,
             gradient_sync=gradient_sync, phase_shares=shares, repeat_spread=repeat_spread, rows=table)
-        compute_s = max(reference.accumulation * figures["round_fixed_s"]
-                        + reference.per_gpu_batch * figures["per_sample_s"], 1e-12)
+        compute_s = max(compute_per_step(figures["round_fixed_s"], figures["per_sample_s"],
+                                         reference.per_gpu_batch, reference.accumulation), 1e-12)
         return Profile(provenance=provenance, measured=Measured(), fit=Fit(
             alpha_s=0.0, beta_s_per_byte=0.0, gamma_s_per_byte=0.0,
             compute={"data_s": 0.0, **{p: compute_s * shares[p] for p in NETWORK_PHASES}},

@@ -56,11 +56,6 @@ class RunRequest:
     baseline_only: bool = False  # a 1-GPU run the scenario does not list, for its speed-ups
 
 
-def run_one(request: RunRequest) -> RunRecord:
-    """Simulate one point; returns its record without speed-up (that needs the baseline)."""
-    return run_one_detailed(request)[0]
-
-
 def run_one_detailed(request: RunRequest) -> tuple[RunRecord, dict[str, Any]]:
     """Simulate one point in whatever process runs it; return its record and the details
     its request asked for, plus the CPU seconds this process spent on it (`cpu_s`)."""

@@ -273,6 +273,7 @@ def fit_timings(rows: Sequence[TimingRow], communication_s: Sequence[float], sou
     return TimingsFit(figures, determined, combined, residuals, repeat_spread(rows), tuple(notes))
 
 
-def compute_per_step(figures: dict[str, float], per_gpu_batch: float, accumulation: int) -> float:
-    """The step's compute on one GPU (no overhead, no communication): the step model's first terms."""
-    return accumulation * figures["round_fixed_s"] + per_gpu_batch * figures["per_sample_s"]
+def compute_per_step(round_fixed_s: float, per_sample_s: float, per_gpu_batch: float, rounds: int) -> float:
+    """The step's compute on one GPU (no overhead, no communication): the step model's first
+    terms, `rounds` x round_fixed_s + per_gpu_batch x per_sample_s."""
+    return rounds * round_fixed_s + per_gpu_batch * per_sample_s
