@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from command_scale import AS_INSTALLED, measure  # noqa: E402  (a script beside this one)
+
+from gansim.calibration.ranks.machine import cpu_name  # noqa: E402
 
 GAN = "dcgan"
 ALLREDUCE = {"allreduce_bytes": 256 * 1024 * 1024}
@@ -155,7 +158,8 @@ def main() -> int:
                   file=sys.stderr, flush=True)
     lines = [f"Whole commands, default outputs, bytecode cached as a pip install leaves it; median of "
              f"{args.repeats} run(s); a command is stopped at 3x its bound in CPU seconds (figures marked > are "
-             f"lower bounds). {os.cpu_count()} cores, load average {load[0]:.2f} at the start. Each command is one process on one core, so on an idle machine "
+             f"lower bounds). Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {cpu_name()}, "
+             f"{os.cpu_count()} cores, load average {load[0]:.2f} at the start. Each command is one process on one core, so on an idle machine "
              f"its wall time is its CPU time; where other work shares the cores the wall time grows and the CPU "
              f"time does not, so `within` compares the CPU time (user + system) and the peak memory with the "
              f"bound.", "",
@@ -180,7 +184,7 @@ def main() -> int:
     return 0
 
 
-BEGIN, END = "<!-- bench/shapes.py: begin -->", "<!-- bench/shapes.py: end -->"
+BEGIN, END = "<!-- shapes:start -->", "<!-- shapes:end -->"  # the generated-block markers every docs page uses
 
 
 def write_markdown(path: Path, table: str) -> None:
