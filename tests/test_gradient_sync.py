@@ -17,7 +17,8 @@ from gansim.network.cluster import Cluster
 from gansim.network.engine import TaskGraph
 from gansim.runner.point import simulate_point
 from gansim.topology.graph import load_topology
-from gansim.training.step import GRADIENT_SYNCS
+from gansim.training.step import GRADIENT_SYNCS, gradient_message_sizes
+from gansim.training.workloads import scenario_workload
 from tests.cli_checks import run_bad
 
 D_PARAMS, G_PARAMS = 1_200_000, 2_400_000
@@ -92,6 +93,23 @@ def test_variables_fill_ddp_buckets_in_the_order_given():
     run("paper-gtx1080ti-pcie", 2, "ring", work, overlap=True, on_timeline=lambda t: spans.extend(t.spans))
     d_buckets = [s.nbytes for s in spans if s.label.startswith("D all-reduce")]
     assert d_buckets == [4.0 * sizes[0], 4.0 * sum(sizes[1:])]
+
+
+@pytest.mark.parametrize("options", [{"gradient_sync": "per_phase_flat"}, {"gradient_sync": "per_variable"},
+                                     {"overlap": True}, {"overlap": True, "gradient_dtype": "fp16"}])
+def test_the_message_sizes_are_the_all_reduces_a_step_issues(options):
+    """gradient_message_sizes (what a prediction's band is sized by) lists exactly the
+    all-reduces the simulated step issues for one D and one G step, DDP's caps and the
+    wire's dtype included."""
+    work = workload(d_vars=5, g_vars=7)
+    work["networks"]["generator"]["params"] = 40_000_000  # several 25 MiB buckets
+    spans = []
+    run("paper-gtx1080ti-pcie", 2, "ring", work, on_timeline=lambda t: spans.extend(t.spans), **options)
+    s = Scenario.model_validate({"name": "t", "topology": "paper-gtx1080ti-pcie", "workload": work, "gpus": [2],
+                                 "options": options})
+    sizes = gradient_message_sizes(scenario_workload(s), s.options)
+    assert len(sizes) > 2 or "overlap" not in options
+    assert sorted(sizes) == sorted(span.nbytes for span in spans)
 
 
 @pytest.mark.parametrize("sync", ["per_phase_flat", "per_variable"])

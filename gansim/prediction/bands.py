@@ -29,6 +29,7 @@ from gansim.calibration.profile.schema import Profile
 from gansim.core.config import TrainingOptions
 from gansim.prediction.published import BANDS, compare, load_published, summarize
 from gansim.runner.record import RunRecord
+from gansim.training.step import gradient_message_sizes
 from gansim.training.workloads import GanWorkload
 
 
@@ -60,21 +61,6 @@ def band_errors() -> dict[str, Optional[float]]:
         summary = summarize(rows, low, high)
         out[name] = summary.median_abs_error if summary.points else None
     return out
-
-
-def message_sizes(workload: GanWorkload, options: TrainingOptions) -> list[float]:
-    """The bytes of each gradient all-reduce one step issues, as options.gradient_sync issues
-    them: one per variable, one per network (flat), or DDP's buckets (at most bucket_MiB)."""
-    per_param = workload.bytes_per_param
-    networks = (workload.d_param_tensors, workload.g_param_tensors)
-    sync = options.sync()
-    if sync == "per_variable":
-        return [t * per_param for tensors in networks for t in tensors]
-    totals = [sum(tensors) * per_param for tensors in networks]
-    if sync == "ddp_buckets":
-        cap = options.bucket_MiB * 1024 * 1024
-        return [size for total in totals for size in [cap] * int(total // cap) + ([total % cap] if total % cap else [])]
-    return totals
 
 
 def size_band(sizes: list[float]) -> str:
@@ -121,7 +107,7 @@ def with_scenario_bands(runs: list[RunRecord], workload: GanWorkload, options: T
                         profile: Profile) -> list[RunRecord]:
     """The runs of a scenario run from `profile`, each simulated one with its `band`
     (StepBand.as_dict)."""
-    band = size_band(message_sizes(workload, options))
+    band = size_band(gradient_message_sizes(workload, options))
     spread = calibration_spread(profile)
     return [replace(run, band=record_band(run, run.speedup, spread, band).as_dict())
             if run.step_time_s is not None and run.speedup is not None else run for run in runs]

@@ -16,11 +16,12 @@ from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.core.units import MiB
-from gansim.prediction.bands import StepBand, calibration_spread, message_sizes, record_band, size_band
+from gansim.prediction.bands import StepBand, calibration_spread, record_band, size_band
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.point import simulate_point
 from gansim.runner.record import RunRecord
 from gansim.topology.graph import Topology, load_topology, topology_from_dict
+from gansim.training.step import gradient_message_sizes
 from gansim.training.workloads import ARCHITECTURES, GanWorkload, StepPhases
 
 # PyTorch DDP's defaults (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and
@@ -211,7 +212,7 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         band = None
         if with_bands:
             band = record_band(records[w], speedup, calibration_spread(profile),
-                               size_band(message_sizes(workload, options)))
+                               size_band(gradient_message_sizes(workload, options)))
         predictions.append(Prediction(w, records[w].step_time_s, speedup, records[w], scaled_from, batches[w], band))
     return predictions
 

@@ -312,6 +312,24 @@ def ddp_bucketed(b: StepBuilder, after: np.ndarray, net: str, backward: float, g
     return b.join(piece_done, comm_done, label=f"{net} gradients ready")
 
 
+def gradient_message_sizes(workload: GanWorkload, options: TrainingOptions) -> list[float]:
+    """The bytes of each gradient all-reduce one D and one G step issue, as the registered
+    gradient sync issues them: one per network (per_phase_flat), one per variable
+    (per_variable), or DDP's buckets (ddp_buckets, with its caps), on the wire's dtype."""
+    per_param = wire_bytes_per_param(workload, options)
+    sync = options.sync()
+    sizes: list[float] = []
+    for tensors in (workload.d_param_tensors, workload.g_param_tensors):
+        grad_bytes = [t * per_param for t in tensors]
+        if sync == "per_variable":
+            sizes += grad_bytes
+        elif sync == "ddp_buckets":
+            sizes += ddp_buckets(grad_bytes, options.first_bucket_MiB * MiB, options.bucket_MiB * MiB)
+        else:
+            sizes.append(sum(grad_bytes))
+    return sizes
+
+
 def wire_bytes_per_param(workload: GanWorkload, options: TrainingOptions) -> float:
     """Gradient bytes per parameter on the wire: the workload's element size, scaled to the
     all-reduce dtype (fp16 halves it, int8 quarters it)."""
