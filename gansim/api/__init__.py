@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gansim.core import limits
 from gansim.core.errors import UserInputError
 from gansim.core.files import check_output_dir, replaced_dir
+from gansim.core.values import positive_int_list
 from gansim.core.version import __version__
 from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS, SIMULATE_PARTIAL, VALIDATION_OUTPUTS
 from gansim.runner.record import RunRecord
@@ -211,12 +212,15 @@ class PredictionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What `gansim predict --json` prints."""
-        return {"profile": self.profile, "predictions": [
-            {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
-             "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
-             "breakdown": p.record.to_dict()["breakdown"], "bottleneck": p.record.to_dict()["bottleneck"],
-             **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
-            for p in self.predictions]}
+        return {"profile": self.profile, "predictions": [self._prediction(p) for p in self.predictions]}
+
+    @staticmethod
+    def _prediction(p: "Prediction") -> dict[str, Any]:
+        record = p.record.to_dict()
+        return {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
+                "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
+                "breakdown": record["breakdown"], "bottleneck": record["bottleneck"],
+                **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
 
 
 def predict(profile: "str | os.PathLike[str] | Profile", world_sizes: Sequence[int] = (1, 2, 3, 4), *,
@@ -246,7 +250,7 @@ def predict(profile: "str | os.PathLike[str] | Profile", world_sizes: Sequence[i
     from gansim.prediction.calibrated import predict as predict_profile
     from gansim.topology.graph import Topology, load_topology
 
-    sizes = _world_sizes(world_sizes)
+    sizes = positive_int_list(world_sizes, "--world-sizes")
     if isinstance(profile, Profile):
         loaded_profile, name = profile, "<Profile>"
     else:
@@ -258,19 +262,6 @@ def predict(profile: "str | os.PathLike[str] | Profile", world_sizes: Sequence[i
                                   measured_memory_bandwidth_GBps=measured_memory_bandwidth_GBps,
                                   per_gpu_batch=per_gpu_batch, global_batch=global_batch, with_bands=True)
     return PredictionResult(name, loaded_profile.provenance, tuple(predictions))
-
-
-def _world_sizes(values: Sequence[int]) -> list[int]:
-    if isinstance(values, (str, bytes)) or not values:
-        raise UserInputError(f"expected a list of whole numbers such as [1, 2, 4], got {values!r}",
-                             field="--world-sizes")
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserInputError(f"expected whole numbers >= 1, got {value!r}", field="--world-sizes")
-    if len(set(values)) != len(values):
-        raise UserInputError(f"{list(values)!r} repeats a value", field="--world-sizes")
-    limits.RANKS.check(max(values), field="--world-sizes")
-    return sorted(values)
 
 
 # ----------------------------------------------------------------------------- nccl-tests

@@ -128,13 +128,8 @@ def _int(value: object, flag: str, *, minimum: int, maximum: int = 10**9) -> int
     return whole_number(str(value), flag, minimum=minimum, maximum=maximum)
 
 
-def _counts(value: str | Sequence[int], flag: str) -> list[int]:
-    text = value if isinstance(value, str) else ",".join(str(v) for v in value)
-    return positive_int_list(text, flag)
-
-
 def parse_world_sizes(value: str | Sequence[int]) -> tuple[int, ...]:
-    sizes = _counts(value, "--world-sizes")
+    sizes = positive_int_list(value, "--world-sizes")
     if max(sizes) < 2:
         raise UserInputError(
             f"{value!r}: needs at least one world size >= 2 (the all-reduce sweep that fits "
@@ -352,7 +347,7 @@ def _from_timings(request: CalibrateRequest, say: Log) -> CalibrationResult:
     dataset = request.dataset_samples
     source = os.fspath(request.from_timings)  # type: ignore[arg-type]
     rows = read_timings(source, None if dataset is None else _int(dataset, "--dataset-samples", minimum=1))
-    fit_gpus = None if request.fit_gpus is None else set(_counts(request.fit_gpus, "--fit-gpus"))
+    fit_gpus = None if request.fit_gpus is None else set(positive_int_list(request.fit_gpus, "--fit-gpus"))
     calibration = calibrate_from_timings(rows, source, str(request.workload), str(request.topology),
                                          algorithm=str(request.algorithm).strip(),
                                          gradient_sync=str(request.gradient_sync).strip(), fit_gpus=fit_gpus)

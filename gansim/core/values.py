@@ -4,6 +4,8 @@ API check their arguments with the same functions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gansim.core import limits
 from gansim.core.errors import UserInputError
 
@@ -38,14 +40,23 @@ def number(text: object, flag: str, unit: str = "", allow_zero: bool = False, ma
     return value
 
 
-def positive_int_list(text: str, flag: str) -> list[int]:
-    """A CLI list of counts such as `--world-sizes 1,2,4`: comma-separated whole numbers
-    >= 1, each once, each within the rank limit; sorted."""
-    parts = [part.strip() for part in str(text).split(",")]
-    if not parts or any(not part for part in parts):
-        raise UserInputError(f"expected comma-separated whole numbers such as 1,2,4, got {text!r}", field=flag)
-    values = [whole_number(part, flag, maximum=2**63) for part in parts]
+def positive_int_list(value: str | Sequence[int], flag: str) -> list[int]:
+    """A list of counts such as `--world-sizes 1,2,4`, typed (comma-separated whole numbers)
+    or given from Python (a sequence of ints): each >= 1, each once, each within the rank
+    limit; sorted."""
+    if isinstance(value, str):
+        parts = [part.strip() for part in value.split(",")]
+        if any(not part for part in parts):
+            raise UserInputError(f"expected comma-separated whole numbers such as 1,2,4, got {value!r}", field=flag)
+        values = [whole_number(part, flag, maximum=2**63) for part in parts]
+    else:
+        if isinstance(value, bytes) or not isinstance(value, Sequence) or not value:
+            raise UserInputError(f"expected a list of whole numbers such as [1, 2, 4], got {value!r}", field=flag)
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                raise UserInputError(f"expected whole numbers >= 1, got {item!r}", field=flag)
+        values = list(value)
     if len(set(values)) != len(values):
-        raise UserInputError(f"{text!r} repeats a value", field=flag)
+        raise UserInputError(f"{value!r} repeats a value", field=flag)
     limits.RANKS.check(max(values), field=flag)
     return sorted(values)
