@@ -12,9 +12,7 @@ from typing import Any, Callable
 
 from gansim import api
 from gansim.cli.args import EXIT_OK, positive_int
-from gansim.core import limits
-from gansim.core.files import check_output_dir, folder_name
-from gansim.outputs.names import KNOWN_OUTPUTS
+from gansim.core.files import folder_name
 from gansim.outputs.results import table, to_json
 from gansim.runner.sweep import TRACE_POLICIES
 from gansim.whatif.study import count_runs, load_scenario
@@ -39,11 +37,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.workers is not None:
-        limits.WORKERS.check(args.workers, field="--workers")
     loaded = load_scenario(args.scenario)
+    # api.simulate checks the folder and the workers before any work
     out_dir = Path(args.out) if args.out else Path("gansim-out") / folder_name(loaded.scenario.name)
-    check_output_dir(out_dir, known=KNOWN_OUTPUTS)
     human = sys.stderr if args.json else sys.stdout
     progress, close_progress = make_progress(count_runs(loaded))
     try:
