@@ -51,6 +51,9 @@ def test_components_numbers_parts_by_their_smallest_vertex():
     # through their NICs and the network switch: routes of equal length on and off a hub
     {"generator": "multi_node", "params": {"nodes": 3, "gpus_per_node": 8, "intra": "pcie_tree",
                                            "intra_params": {"gpus_per_switch": 4}}},
+    # leaves, spines and a core: routes that cross several hubs, one after the other
+    {"generator": "multi_node", "params": {"nodes": 12, "gpus_per_node": 4, "fabric": "rail",
+                                           "machines_per_leaf": 2, "machines_per_pod": 4}},
 ])
 def test_routes_through_hubs_are_the_routes_found_one_source_at_a_time(monkeypatch, spec):
     def routes(hub_degree: int) -> list[tuple[list[int], float]]:
@@ -79,7 +82,7 @@ def test_routes_through_hubs_are_the_routes_found_one_source_at_a_time(monkeypat
                     found.append((links, float(topo.latency_s[links].sum())))
         return found
 
-    assert routes(3) == routes(10**6) == one_search_per_source()
+    assert routes(3) == routes(5) == routes(10**6) == one_search_per_source()
 
 
 def test_of_equally_short_routes_the_one_scipys_search_took_is_taken():
@@ -96,3 +99,27 @@ def test_of_equally_short_routes_the_one_scipys_search_took_is_taken():
 
     assert hops("n0.gpu0", "n0.gpu4") == ["n0.gpu0->n0.nic0", "n0.nic0->switch", "switch->n0.nic4", "n0.nic4->n0.gpu4"]
     assert hops("n0.gpu0", "n0.host") == ["n0.gpu0->n0.nic0", "n0.nic0->n0.host"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_routes_around_any_hubs_of_a_random_graph_are_the_whole_search_s(seed):
+    """Small integer weights make many routes equally short: of each, the walk around the
+    hubs takes the one the whole search's rule takes, whichever vertices are hubs."""
+    rng = np.random.default_rng(seed)
+    n = 24
+    rows, cols = rng.integers(0, n, 90), rng.integers(0, n, 90)
+    keep = rows != cols
+    key = np.unique(rows[keep] * n + cols[keep])
+    rows, cols = key // n, key % n
+    weights = rng.integers(1, 4, rows.size).astype(float)
+    g = Digraph(n, rows, cols, weights)
+    hubs = sorted(rng.choice(n, size=int(rng.integers(0, 7)), replace=False).tolist())
+    hub = graph_module._HubRouting.build(g, hubs)
+    for s in range(n):
+        dist, pred, _ = dijkstra(g, [s], high_first=True)
+        walk = graph_module._Walk(s, hub, g)
+        for t in range(n):
+            if t == s:
+                continue
+            found = walk.route(t)
+            assert found == (path_to(pred, s, t) if t in dist else None), (s, t, hubs)

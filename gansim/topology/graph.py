@@ -16,7 +16,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
 from gansim.core.units import GB
 from gansim.topology.generators import generate
-from gansim.topology.paths import Digraph, components, dijkstra, path_to
+from gansim.topology.paths import Digraph, Search, components, dijkstra, path_to
 
 US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
@@ -392,12 +392,7 @@ class Topology:
 
     @cached_property
     def _hub_routing(self) -> "_HubRouting":
-        graph = self._routing[2]
-        hubs = np.flatnonzero(graph.degree() > HUB_DEGREE).tolist()
-        backwards = graph.reversed()
-        from_hub = [dijkstra(graph, [h], high_first=True)[:2] for h in hubs]
-        to_hub = [dijkstra(backwards, [h])[0] for h in hubs]
-        return _HubRouting(hubs, from_hub, to_hub, frozenset(hubs), backwards.out)
+        return _HubRouting.build(self._routing[2], np.flatnonzero(self._routing[2].degree() > HUB_DEGREE).tolist())
 
     @cached_property
     def _edges(self) -> "_Edges":
@@ -497,8 +492,7 @@ class Topology:
         around hubs), so where several routes are equally short the same one is taken.
         Found without crossing the hubs (network switches linked to more than HUB_DEGREE
         nodes, whose every search would cross all of their links): one search per source
-        that stays off them, and two per hub (a shortest route through a hub is one to it
-        and one from it). See _Walk."""
+        that stays off them, and two per hub that stay off the others (_HubRouting). See _Walk."""
         graph = self._routing[2]
         by_source: dict[str, list[str]] = {}
         found = self._short_routes(np.array([self._vertex(src, "out") for src, _ in missing], dtype=np.int64),
@@ -512,17 +506,9 @@ class Topology:
             return
         hub = self._hub_routing  # the searches from and to every hub: only where a search is needed
         for src, dsts in by_source.items():
-            start = self._vertex(src, "out")
-            targets = {dst: self._vertex(dst, "in") for dst in dsts}
-            # it stops at its last target, or has settled everything it reaches off the hubs
-            local_dist, local_pred, _ = dijkstra(graph, [start], targets=targets.values(), skip=hub.skip,
-                                                 high_first=True)
-            via = [(h, to_dist[start], from_dist, from_pred)
-                   for h, (from_dist, from_pred), to_dist in zip(hub.hubs, hub.from_hub, hub.to_hub)
-                   if start in to_dist]
-            walk = _Walk(start, local_dist, local_pred, via, hub, graph)
-            for dst, target in targets.items():
-                path = walk.route(target)
+            walk = _Walk(self._vertex(src, "out"), hub, graph)
+            for dst in dsts:
+                path = walk.route(self._vertex(dst, "in"))
                 if path is None:
                     raise self._no_route(src, dst)
                 self._store(src, dst, path)
@@ -632,14 +618,50 @@ class MachineCopies:
 
 @dataclass(frozen=True)
 class _HubRouting:
-    """Per hub (none on a graph without hubs), the distances and predecessors of the search
-    from it and the distances of the search to it; each vertex's incoming edges."""
+    """The hubs of a routing graph (none on a graph without hubs) and the searches from and
+    to each that never enter another: the search from a hub reaches the part of the network
+    it leads to (a spine's pod, up to the next spines), so the searches of all hubs together
+    settle each vertex about once, however many hubs there are. A shortest route that
+    crosses hubs is a route off the hubs to its first hub, routes between hubs, and a route
+    off the hubs from its last hub (see _Walk)."""
 
     hubs: list[int]  # routing vertices
-    from_hub: list[tuple[dict[int, float], dict[int, int]]]
-    to_hub: list[dict[int, float]]
+    index: dict[int, int]  # per hub vertex, its place in `hubs`
     skip: frozenset[int]
     into: list[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
+    part: np.ndarray  # per vertex: its connected part of the graph without the hubs
+    from_hub: list[tuple[dict[int, float], dict[int, int]]]  # per hub: distances and predecessors, off the others
+    to_hub: list[dict[int, float]]  # per hub: each vertex's distance to it, off the others
+    between: np.ndarray  # [i, j]: from hub i to hub j off the others (inf: no such route)
+    last_before: list[dict[int, int]]  # [i][j]: the vertex before hub j on that route (the rule's)
+
+    @classmethod
+    def build(cls, graph: Digraph, hubs: list[int]) -> "_HubRouting":
+        skip = frozenset(hubs)
+        backwards = graph.reversed()
+        from_hub = [dijkstra(graph, [h], skip=skip - {h}, high_first=True)[:2] for h in hubs]
+        to_hub = [dijkstra(backwards, [h], skip=skip - {h})[0] for h in hubs]
+        between = np.full((len(hubs), len(hubs)), np.inf)
+        last_before: list[dict[int, int]] = [{} for _ in hubs]
+        for j, h in enumerate(hubs):
+            for i, (dist, _) in enumerate(from_hub):
+                if i == j:
+                    continue
+                # the rule (_Walk._pred) among the vertices before h: nearest to hub i, then highest
+                best, best_d, best_u = np.inf, np.inf, -1
+                for u, weight in backwards.out[h]:
+                    du = dist.get(u)
+                    if du is None:
+                        continue
+                    if du + weight < best or (du + weight == best and (du < best_d or (du == best_d and u > best_u))):
+                        best, best_d, best_u = du + weight, du, u
+                if best_u >= 0:
+                    between[i, j] = best
+                    last_before[i][j] = best_u
+        rows, cols, _ = graph.edges
+        off = ~(np.isin(rows, hubs) | np.isin(cols, hubs))
+        return cls(hubs, {h: i for i, h in enumerate(hubs)}, skip, backwards.out, components(graph.n, rows[off], cols[off]),
+                   from_hub, to_hub, between, last_before)
 
 
 @dataclass(frozen=True)
@@ -701,74 +723,108 @@ class _Walk:
 
     That search gives each vertex v the predecessor that reaches v at v's distance and is
     itself nearest to the source, then the highest: a rule of the distances alone. The
-    distance of a vertex is its distance off the hubs, or the distance to a hub plus the
-    distance from it, whichever is shorter. Where every shortest route to v stays off the
-    hubs, the off-hub search's predecessors are that rule's; where every one crosses one
-    hub h, the route to h by the rule and then the search from h's; elsewhere (routes of
-    equal length both ways) the rule itself, walked back from v."""
+    distance of a vertex is its distance off the hubs, or the source's distance to a hub
+    (`at_hub`: to a first hub off the hubs, then from hub to hub) plus the distance from it
+    off the others, whichever is shortest. Where one of these alone gives v's distance,
+    every shortest route to v ends that way, and the rule's predecessors are those of the
+    search that way (the source's off the hubs, or that hub's off the others); otherwise
+    (routes of equal length several ways) the rule itself picks v's predecessor. The
+    source's search off the hubs settles a vertex only when its distance is asked and may be
+    as short as through a hub; a vertex in another part of the graph without its hubs is
+    never reached off them."""
 
-    def __init__(self, start: int, local_dist: dict[int, float], local_pred: dict[int, int],
-                 via: list[tuple[int, float, dict[int, float], dict[int, int]]], hub: _HubRouting, graph: Digraph):
-        self.start = start
-        self.local_dist, self.local_pred, self.via, self.hub, self.graph = local_dist, local_pred, via, hub, graph
-        self._to_hub: dict[int, list[int]] = {}
+    def __init__(self, start: int, hub: _HubRouting, graph: Digraph):
+        self.start, self.hub, self.graph = start, hub, graph
+        self.local = Search(graph, [start], skip=hub.skip, high_first=True)
+        # (a search from a hub leaves its part at once: it is searched as it is)
+        self._part = -1 if start in hub.skip else int(hub.part[start])
+        self.at_hub, self._hub_ways = self._hub_distances()
+        self._paths: dict[int, list[int]] = {start: [start]}
+
+    def _hub_distances(self) -> tuple[list[float], list[list[int]]]:
+        """The source's distance to every hub, and per hub the ways that give it (-1: off
+        the hubs; i: through hub i), by Dijkstra over the hubs."""
+        hub = self.hub
+        n = len(hub.hubs)
+        first = [to.get(self.start, np.inf) for to in hub.to_hub]  # off the hubs
+        dist = list(first)
+        done = [False] * n
+        for _ in range(n):
+            i = min((k for k in range(n) if not done[k]), key=dist.__getitem__, default=-1)
+            if i < 0 or not np.isfinite(dist[i]):
+                break
+            done[i] = True
+            row = hub.between[i]
+            for j in range(n):
+                if not done[j] and dist[i] + row[j] < dist[j]:
+                    dist[j] = dist[i] + row[j]
+        ways = [([-1] if first[j] == dist[j] else [])
+                + [i for i in range(n) if i != j and dist[i] + hub.between[i, j] == dist[j]]
+                for j in range(n)]
+        return dist, ways
 
     def route(self, target: int) -> list[int] | None:
         """The vertices of the route from the source to `target` (None: no route)."""
-        best, best_hub, tie = self.local_dist.get(target, np.inf), -1, False
-        for i, (_, to_hub, from_dist, _) in enumerate(self.via):
-            d = to_hub + from_dist.get(target, np.inf)
-            if d < best:
-                best, best_hub, tie = d, i, False
-            elif d == best:
-                tie = True
-        if not np.isfinite(best):
-            return None
-        if tie:
-            return self._walk_back(target)
-        if best_hub < 0:
-            return path_to(self.local_pred, self.start, target)
-        h, _, _, from_pred = self.via[best_hub]
-        return self._route_to_hub(h) + path_to(from_pred, h, target)[1:]
-
-    def _route_to_hub(self, h: int) -> list[int]:
-        found = self._to_hub.get(h)
-        if found is None:
-            dh = self.distance(h)
-            if any(other != h and to_hub + from_dist.get(h, np.inf) == dh for other, to_hub, from_dist, _ in self.via):
-                found = self._walk_back(h)  # a route as short crosses another hub
-            else:
-                # the last vertex before h is one reached off the hubs, and so is every
-                # vertex of every shortest route to it
-                edges = [(u, weight) for u in self.local_dist for w, weight in self.graph.out[u] if w == h]
-                found = path_to(self.local_pred, self.start, self._pred(h, edges)) + [h]
-            self._to_hub[h] = found
-        return found
+        d = self.distance(target)
+        return self._path(target, d) if np.isfinite(d) else None
 
     def distance(self, v: int) -> float:
-        best = self.local_dist.get(v, np.inf)
-        for _, to_hub, from_dist, _ in self.via:
-            d = to_hub + from_dist.get(v, np.inf)
-            if d < best:
-                best = d
-        return best
+        return min(self._ways(v))
 
-    def _pred(self, v: int, edges: list[tuple[int, float]]) -> int:
-        """Of the vertices with an edge to v that reach v at its distance, the nearest, then
-        the highest."""
-        dv = self.distance(v)
+    def _ways(self, v: int) -> list[float]:
+        """v's distance each way: off the hubs, then through each hub (or, for a hub, the
+        source's distance to it)."""
+        hub = self.hub
+        if v in hub.index:
+            return [self.at_hub[hub.index[v]]]
+        through = [at + from_dist.get(v, np.inf) for at, (from_dist, _) in zip(self.at_hub, hub.from_hub)]
+        best = min(through, default=np.inf)
+        local = np.inf if self._part >= 0 and hub.part[v] != self._part else self.local.distance(v, best)
+        return [local, *through]
+
+    def _path(self, v: int, dv: float) -> list[int]:
+        found = self._paths.get(v)
+        if found is not None:
+            return found
+        hub = self.hub
+        j = hub.index.get(v)
+        if j is not None:  # a hub: reached off the hubs, or from another
+            ways = self._hub_ways[j]
+            if len(ways) == 1 and ways[0] < 0:
+                # the last vertex before it is reached off the hubs, nearer than it, and so is
+                # every vertex of every shortest route to that one
+                self.local.settle(within=dv)
+                edges = [(u, weight) for u, weight in hub.into[v] if u in self.local.settled]
+                before = self._pred(v, dv, edges)
+                found = path_to(self.local.pred, self.start, before) + [v]
+            elif len(ways) == 1:
+                i = ways[0]
+                before = hub.last_before[i][j]
+                found = self._path(hub.hubs[i], self.at_hub[i]) + path_to(hub.from_hub[i][1], hub.hubs[i], before)[1:] + [v]
+        else:
+            ways = self._ways(v)
+            winners = [k for k, d in enumerate(ways) if d == dv]
+            if winners == [0]:
+                found = path_to(self.local.pred, self.start, v)
+            elif len(winners) == 1:
+                i = winners[0] - 1
+                found = self._path(hub.hubs[i], self.at_hub[i]) + path_to(hub.from_hub[i][1], hub.hubs[i], v)[1:]
+        if found is None:  # routes of equal length several ways: the rule itself
+            before = self._pred(v, dv, hub.into[v])
+            found = self._path(before, self.distance(before)) + [v]
+        if j is not None:
+            self._paths[v] = found
+        return found
+
+    def _pred(self, v: int, dv: float, edges: list[tuple[int, float]]) -> int:
+        """Of the vertices with an edge to v that reach v at its distance dv, the nearest,
+        then the highest."""
         best, best_d = -1, np.inf
         for u, weight in edges:
             du = self.distance(u)
             if du + weight == dv and (du < best_d or (du == best_d and u > best)):
                 best, best_d = u, du
         return best
-
-    def _walk_back(self, target: int) -> list[int]:
-        path = [target]
-        while path[-1] != self.start:
-            path.append(self._pred(path[-1], self.hub.into[path[-1]]))
-        return path[::-1]
 
 
 def _route_weight(latency_us: np.ndarray) -> np.ndarray:

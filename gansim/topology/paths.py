@@ -40,56 +40,84 @@ class Digraph:
         return Digraph(self.n, cols, rows, weights)
 
 
+class Search:
+    """Dijkstra's search from `sources` that settles vertices as they are asked for: each
+    vertex it settles gets the distance and predecessor the whole search gives it, whatever
+    was asked before (vertices leave the heap in the same order; a vertex's predecessor comes
+    from a vertex settled before it). Vertices in `skip` are never entered. Vertices of equal
+    distance leave the heap lowest first, or highest first with `high_first` (as scipy's
+    Dijkstra, which gansim used before, ordered them: see Topology._search_routes)."""
+
+    def __init__(self, graph: Digraph, sources: Iterable[int], *, skip: set[int] | frozenset[int] = frozenset(),
+                 high_first: bool = False):
+        self.dist: dict[int, float] = {}  # tentative for the vertices not settled yet
+        self.pred: dict[int, int] = {}
+        self.origin: dict[int, int] = {}
+        self.settled: set[int] = set()
+        self._sign = -1 if high_first else 1
+        self._heap: list[tuple[float, int]] = []
+        self._out, self._skip = graph.out, skip
+        for s in sources:
+            if s not in self.dist:
+                self.dist[s] = 0.0
+                self.origin[s] = s
+                self._heap.append((0.0, self._sign * s))
+        heapq.heapify(self._heap)
+
+    def settle(self, targets: Iterable[int] | None = None, within: float = np.inf) -> None:
+        """Settle vertices until every one of `targets` is, or the next is farther than
+        `within`, or the search has settled everything it reaches."""
+        settled = self.settled
+        wanted = set(targets) - settled if targets is not None else None
+        dist, pred, origin = self.dist, self.pred, self.origin
+        heap, out, skip, sign = self._heap, self._out, self._skip, self._sign
+        while heap and (wanted is None or wanted):
+            d, key = heap[0]
+            v = sign * key
+            if v in settled:
+                heapq.heappop(heap)
+                continue
+            if d > within:
+                return
+            heapq.heappop(heap)
+            settled.add(v)
+            if wanted is not None:
+                wanted.discard(v)
+            for w, weight in out[v]:
+                if w in settled or w in skip:
+                    continue
+                nd = d + weight
+                old = dist.get(w)
+                if old is None or nd < old:
+                    dist[w] = nd
+                    pred[w] = v
+                    origin[w] = origin[v]
+                    heapq.heappush(heap, (nd, sign * w))
+
+    def distance(self, v: int, within: float) -> float:
+        """v's distance where it is at most `within`, else inf (or its distance)."""
+        if v not in self.settled:
+            self.settle((v,), within)
+        return self.dist[v] if v in self.settled else np.inf
+
+    def found(self) -> tuple[dict[int, float], dict[int, int], dict[int, int]]:
+        """(distance, predecessor, source) of every vertex settled."""
+        settled = self.settled
+        if len(settled) == len(self.dist):
+            return self.dist, self.pred, self.origin
+        return ({v: d for v, d in self.dist.items() if v in settled}, {v: u for v, u in self.pred.items() if v in settled},
+                {v: o for v, o in self.origin.items() if v in settled})
+
+
 def dijkstra(graph: Digraph, sources: Iterable[int], *, targets: Iterable[int] | None = None,
              skip: set[int] | frozenset[int] = frozenset(),
              high_first: bool = False) -> tuple[dict[int, float], dict[int, int], dict[int, int]]:
     """Distances from the nearest of `sources`, each vertex's predecessor on its shortest
-    path and the source it comes from; vertices in `skip` are never entered. With
-    `targets`, the search stops once they are all settled, and only the vertices it
-    settled are in what it returns. Vertices of equal distance leave the heap lowest
-    first, or highest first with `high_first` (as scipy's Dijkstra, which gansim used
-    before, ordered them: see Topology._search_routes)."""
-    dist: dict[int, float] = {}
-    pred: dict[int, int] = {}
-    origin: dict[int, int] = {}
-    sign = -1 if high_first else 1
-    heap: list[tuple[float, int]] = []
-    for s in sources:
-        if s not in dist:
-            dist[s] = 0.0
-            origin[s] = s
-            heap.append((0.0, sign * s))
-    heapq.heapify(heap)
-    wanted = set(targets) if targets is not None else None
-    settled: set[int] = set()
-    out = graph.out
-    stopped = False
-    while heap:
-        d, key = heapq.heappop(heap)
-        v = sign * key
-        if v in settled:
-            continue
-        settled.add(v)
-        if wanted is not None:
-            wanted.discard(v)
-            if not wanted:
-                stopped = True
-                break
-        for w, weight in out[v]:
-            if w in settled or w in skip:
-                continue
-            nd = d + weight
-            old = dist.get(w)
-            if old is None or nd < old:
-                dist[w] = nd
-                pred[w] = v
-                origin[w] = origin[v]
-                heapq.heappush(heap, (nd, sign * w))
-    if stopped and len(settled) < len(dist):  # leave out the vertices it had not settled
-        dist = {v: d for v, d in dist.items() if v in settled}
-        pred = {v: u for v, u in pred.items() if v in settled}
-        origin = {v: o for v, o in origin.items() if v in settled}
-    return dist, pred, origin
+    path and the source it comes from (see Search). With `targets`, the search stops once
+    they are all settled, and only the vertices it settled are in what it returns."""
+    search = Search(graph, sources, skip=skip, high_first=high_first)
+    search.settle(targets)
+    return search.found()
 
 
 def path_to(pred: dict[int, int], source: int, target: int) -> list[int]:
