@@ -10,7 +10,7 @@ import pytest
 
 from gansim.topology import graph as graph_module
 from gansim.topology.graph import topology_from_dict
-from gansim.topology.paths import Digraph, components, dijkstra, path_to
+from gansim.topology.paths import Digraph, Search, components, dijkstra, path_to
 
 
 def test_dijkstra_finds_every_shortest_distance_of_a_random_graph():
@@ -36,6 +36,25 @@ def test_dijkstra_finds_every_shortest_distance_of_a_random_graph():
             path = path_to(pred, s, v)
             length = sum(weights[(rows == a) & (cols == b)][0] for a, b in zip(path, path[1:]))
             assert length == dist[v]
+
+
+def test_a_search_settled_bit_by_bit_ends_as_the_whole_search():
+    rng = np.random.default_rng(5)
+    n = 40
+    rows, cols = rng.integers(0, n, 200), rng.integers(0, n, 200)
+    key = np.unique(rows[rows != cols] * n + cols[rows != cols])
+    rows, cols = key // n, key % n
+    g = Digraph(n, rows, cols, rng.integers(1, 4, rows.size).astype(float))
+    whole_dist, whole_pred, _ = dijkstra(g, [0], high_first=True)
+    search = Search(g, [0], high_first=True)
+    for within in (0.0, 1.0, 2.5, 4.0):
+        search.settle(within=within)
+        assert search.settled == {v for v, d in whole_dist.items() if d <= within}
+        assert search.distance(n - 1, within) == (whole_dist.get(n - 1, np.inf) if whole_dist.get(n - 1, np.inf) <= within
+                                                  else np.inf)
+    search.settle()
+    dist, pred, _ = search.found()
+    assert (dist, pred) == (whole_dist, whole_pred)
 
 
 def test_components_numbers_parts_by_their_smallest_vertex():

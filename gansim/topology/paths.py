@@ -95,7 +95,7 @@ class Search:
                     heapq.heappush(heap, (nd, sign * w))
 
     def distance(self, v: int, within: float) -> float:
-        """v's distance where it is at most `within`, else inf (or its distance)."""
+        """v's distance where it is at most `within` (or v was settled before), else inf."""
         if v not in self.settled:
             self.settle((v,), within)
         return self.dist[v] if v in self.settled else np.inf
