@@ -17,6 +17,10 @@ after they start. This module plays those servers, all edges at once, as a conse
 discrete-event simulation: each round, every edge whose next event (an arrival or a
 completion) cannot be preceded by an arrival it does not know yet (one caused by an event
 of a neighbouring edge, which comes a latency later at the earliest) handles that event.
+A transfer's start waits for four ends (its chunk's step before on its edge and on the edges
+before and after, and the chunk before's same step on its edge): a count per (chunk, edge)
+and step, raised at each of these ends, says when the last has come, without looking at the
+others' progress.
 
 The figures are the flow network's up to the order of floating-point additions (it updates
 every flow's remaining bytes at every event of the whole network, this at every event of its
@@ -38,8 +42,9 @@ CHUNKED_MIN_TRANSFERS = 1 << 20
 # flows whose finishing times agree to this relative precision end in the same event, as
 # the flow network's (gansim/network/flows.py, SAME_TIME_RTOL)
 _SAME_TIME_RTOL = 1e-9
-# a chunk's step-k end is kept until the next chunk's transfer of step k has started: a
-# ring buffer of end times per (chunk, edge), grown when a chunk runs further ahead (a power of 2)
+# a chunk's step-k end is kept until the next chunk's transfer of step k has started, and the
+# ends counted towards a step that a chunk behind has not reached: ring buffers per (chunk,
+# edge), grown when a chunk runs further ahead (a power of 2)
 _HISTORY = 64
 # how often (rounds, less one: a power of 2 less one) the history is checked against the chunks' leads
 _CHECK_EVERY = 15
@@ -164,174 +169,212 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     on it. Rank i joins at entry[i]; after a reduce step a rank spends gamma per byte it
     received.
 
-    Each (chunk, edge) is a lane, numbered chunk * p + edge: its next transfer waits for
-    what it depends on (state 0), arrives at `arrive` (1) or moves (2). An edge's moving
-    lanes were last brought up to its `clock`; the next of them end at `finish` (those
+    Each (chunk, edge) is a lane, numbered (chunk + 1) * p + edge; lanes 0 .. p - 1 stand for
+    a chunk before the first, which never holds one back. A lane's `arrive` is the arrival
+    of its next transfer once that has started (inf while it waits for its predecessors, nan
+    while it moves and after its last step); a moving lane has `left` bytes (inf otherwise)
+    as of its edge's `clock`. The next of an edge's moving lanes end at `finish` (those
     flagged `ending`, decided as the flow network decides it, when their rates were set)."""
     p = entry.size
     steps = reduce.size
     C = chunks
-    L = C * p
+    W = (C + 1) * p
     lat = np.asarray(latency, dtype=float)
     rate = np.asarray(rate, dtype=float)
     lat_min = float(lat.min())
     history = _HISTORY
-    mask = history - 1
-    ends = np.full((history, L), np.nan)  # end of each lane's step k at [k % history]
-    done = np.zeros(L, dtype=np.int64)  # steps each lane has finished
-    state = np.zeros(L, dtype=np.int8)
-    arrive = np.full(L, np.inf)
-    left = np.zeros(L)
-    ending = np.zeros(L, dtype=bool)
-    clock = np.zeros(p)
-    finish = np.full(p, np.inf)
-    first = np.full(p, np.inf)
-    last = np.full(p, -np.inf)
     edges = np.arange(p)
     left_of = np.roll(edges, 1)  # edge i - 1 (the edge into rank i)
     right_of = np.roll(edges, -1)  # edge i + 1 (and rank i + 1)
-    offsets = (np.arange(C) * p)[:, None]
     chunk_entry = np.maximum(entry, entry[right_of])  # when both ends of an edge have joined
-    lanes_all = np.arange(L).reshape(C, p)
-    lane_left = lanes_all[:, left_of].ravel()  # the lane of the same chunk on the edge before
-    lane_right = lanes_all[:, right_of].ravel()  # and after
-    lane_edge = np.tile(edges, C)
-    marked = np.zeros(L, dtype=bool)  # candidates of released(), unmarked as they are read
+    lane = np.arange(W).reshape(C + 1, p)
+    lane_edge = np.tile(edges, C + 1)
+    lane_lat = np.tile(lat, C + 1)
+    real = lane[1:]
+    # the lanes whose step waits for a lane's end of its step k - 1: its own and its neighbours'
+    # step k, and the next chunk's step k - 1 (the last chunk's goes to a lane 0 .. p - 1, never read)
+    waiters = np.empty((4, W), dtype=np.int64)
+    waiters[:, :p] = lane[0]
+    waiters[:, p:] = np.stack([real, real[:, right_of], real[:, left_of], np.vstack([lane[2:], lane[:1]])]
+                              ).reshape(4, -1)
+    waiter_step = np.array([0, 0, 0, -1])[:, None]
+    # a lane's step k starts when the edges before and after it and itself have ended step
+    # k - 1 (these three) and the chunk before has ended step k (the lane p places before)
+    awaited = np.empty((3, W), dtype=np.int64)
+    awaited[:, :p] = lane[0]
+    awaited[:, p:] = np.stack([real[:, left_of], real, real[:, right_of]]).reshape(3, -1)
+    # ends counted per lane and step, 4 starting it; the first chunk has no chunk before
+    # (counted from the start), and every chunk's step 0 waits for no step -1
+    first_chunk = np.zeros(W, dtype=np.int64)
+    first_chunk[p:2 * p] = 1
+    counted = np.empty((history, W), dtype=np.int64)
+    counted[:] = first_chunk
+    counted[0, 2 * p:] = 3
+    # step ends per lane at [step % history]: step -1 ended before anything (read by step 0),
+    # and the lanes before the first chunk hold when their edge's ranks joined, every step
+    ends = np.full((history, W), np.nan)
+    ends[history - 1, p:] = -np.inf
+    ends[:, :p] = chunk_entry
+    done = np.zeros(W, dtype=np.int64)  # steps each lane has finished
+    arrive = np.full(W, np.nan)
+    arrive[p:2 * p] = chunk_entry + lat
+    arrive[2 * p:] = np.inf
+    after = np.full(steps + 1, np.inf)  # a lane's `arrive` once it has finished k steps
+    after[steps] = np.nan
+    left = np.full(W, np.inf)
+    ending = np.zeros(W, dtype=bool)
+    clock = np.zeros(p)
+    finish = np.full(p, np.inf)
     share = np.zeros(p)  # what each chunk moving on an edge moves per second
+    moving = np.zeros(p, dtype=np.int64)  # chunks moving on each edge
+    first = chunk_entry.astype(float)  # (no chunk starts before the first)
+    offsets = (np.arange(1, C + 1) * p)[:, None]
+    arrive_real = arrive[p:].reshape(C, p)
+    nxt_ring = np.empty(p + 2)  # every edge's next event, with its neighbours' across the wrap
+    nxt = nxt_ring[1:-1]
+    bound = np.empty(p)
+    safe = np.empty(p, dtype=bool)
     limit = 1 + _SAME_TIME_RTOL
-
-    def released(cand: np.ndarray) -> None:
-        """Schedule the arrival of every candidate lane's next transfer whose predecessors
-        have all ended (each candidate once, whatever the repeats in `cand`)."""
-        marked[cand] = True
-        cand = marked.nonzero()[0]
-        marked[cand] = False
-        k = done[cand]
-        waiting = (state[cand] == 0) & (k < steps)
-        cand, k = cand[waiting], k[waiting]
-        if not cand.size:
-            return
-        left_lane = lane_left[cand]
-        right_lane = lane_right[cand]
-        waiting = (done[left_lane] >= k) & (done[right_lane] >= k)
-        behind = cand >= p
-        waiting &= ~behind | (done[cand - p] > k)  # (a first chunk's cand - p is never read)
-        if not waiting.all():
-            cand, k, left_lane, right_lane, behind = (x[waiting] for x in (cand, k, left_lane, right_lane, behind))
-            if not cand.size:
-                return
-        e = lane_edge[cand]
-        flat = ends.reshape(-1)
-        at = ((k - 1) & mask) * L
-        mine = flat[at + cand]
-        # rank e's and rank e + 1's step k - 1 done: their received and sent transfers ended
-        sender = np.maximum(flat[at + left_lane], mine)
-        receiver = np.maximum(mine, flat[at + right_lane])
-        if gamma > 0:
-            kr = np.maximum(k - 1, 0)
-            red = np.where(reduce[kr], amounts.at(kr, left_of[e]) * gamma, 0.0)
-            sender = np.where(red > 0, sender + red, sender)
-            red = np.where(reduce[kr], amounts.at(kr, e) * gamma, 0.0)
-            receiver = np.where(red > 0, receiver + red, receiver)
-        ready = np.maximum(sender, receiver)
-        starting = k == 0
-        any_starting = bool(starting.any())
-        if any_starting:
-            ready[starting] = chunk_entry[e[starting]]
-        if behind.any():
-            ready[behind] = np.maximum(ready[behind], ends[k[behind] & mask, cand[behind] - p])
-        arrive[cand] = ready + lat[e]
-        state[cand] = 1
-        if any_starting:
-            np.minimum.at(first, e[starting], ready[starting])
-
-    released(edges.copy())
     errors = np.seterr(divide="ignore", invalid="ignore")  # (edges with nothing moving)
     try:
         rounds = 0
         while True:
-            if rounds & _CHECK_EVERY == 0 and C > 1:
-                # a chunk's end of step k is overwritten `history` steps later: keep the history
-                # longer than any chunk can be ahead of the next after the coming rounds (each
-                # ends at most one step per lane)
-                if int((done[:-p] - done[p:]).max()) + 3 + _CHECK_EVERY >= history:
-                    ends = _grow(ends, done, history)
+            if rounds & _CHECK_EVERY == 0:
+                # a chunk's end of step k is overwritten `history` steps later, as are the ends
+                # counted towards the step k of the chunk after: keep the history longer than
+                # any chunk can be ahead of the next after the coming rounds (each ends at most
+                # one step per lane)
+                real_done = done[p:]
+                while history < 4 or (C > 1 and int((real_done[:-p] - real_done[p:]).max()) + 3 + _CHECK_EVERY
+                                      >= history):
+                    ends, counted = _grow(ends, counted, done, first_chunk, history, p)
                     history *= 2
-                    mask = history - 1
+                mask = history - 1
+                flat_ends = ends.reshape(-1)
+                flat_counted = counted.reshape(-1)
             rounds += 1
-            nxt = np.minimum(finish, arrive.reshape(C, p).min(axis=0))
+            np.fmin(finish, np.fmin.reduce(arrive_real, axis=0), out=nxt)
             now = float(nxt.min())
             if now == np.inf:
                 break
-            bound = np.minimum(nxt[left_of], nxt[right_of])
+            nxt_ring[0] = nxt[-1]
+            nxt_ring[-1] = nxt[0]
+            np.minimum(nxt_ring[:-2], nxt_ring[2:], out=bound)
             np.minimum(bound, now + lat_min, out=bound)
             bound += lat
-            S = (nxt <= bound).nonzero()[0]
+            np.less_equal(nxt, bound, out=safe)
+            S = safe.nonzero()[0]
             tau = nxt[S]
             lanes = offsets + S  # (C, s)
-            st = state[lanes]
-            was_moving = st == 2
-            finishing = was_moving & ending[lanes] & (finish[S] <= tau)
-            arriving = (st == 1) & (arrive[lanes] <= tau)
-            # the moving lanes brought up to the event (the others have nothing left)
-            moved = share[S] * (tau - clock[S])
-            lv = np.maximum(left[lanes] - moved, 0.0)
-            lv[finishing] = 0.0
-            ci, si = finishing.nonzero()
-            any_finishing = ci.size > 0
+            finishing_edge = finish[S] <= tau
+            arriving = arrive[lanes] <= tau
+            any_finishing = bool(finishing_edge.any())
+            any_arriving = bool(arriving.any())
+            idle = False
             if any_finishing:
-                e_f = S[si]
-                lf = ci * p + e_f
+                finishing = ending[lanes]
+                finishing &= finishing_edge
+                lf = lanes[finishing]
+                t_end = np.empty(lanes.shape)
+                t_end[:] = tau
                 k = done[lf]
-                t_end = tau[si]
-                ahead = ci < C - 1
-                ends[k & mask, lf] = t_end
-                done[lf] = k + 1
-                over = k + 1 == steps
-                if over.any():
-                    np.maximum.at(last, e_f[over], t_end[over])
-            ca, sa = arriving.nonzero()
-            if ca.size:
-                la = ca * p + S[sa]
-                arrive[la] = np.inf
-                lv[ca, sa] = amounts.at(done[la], S[sa])
-            st[finishing] = 0
-            st[arriving] = 2
-            state[lanes] = st
-            left[lanes] = lv
-            # the rates of every edge that had an event, and its next completions
-            in_motion = st == 2
-            count = in_motion.sum(axis=0)
-            rates = rate[S] / count
-            dt = np.where(in_motion, lv / rates, np.inf)
-            share[S] = np.where(count > 0, rates, 0.0)
-            soonest = dt.min(axis=0)
-            ending[lanes] = dt <= soonest * limit
-            finish[S] = tau + soonest
-            clock[S] = tau
+                flat_ends[(k & mask) * W + lf] = t_end[finishing]
+                k += 1
+                done[lf] = k
+                arrive[lf] = after[k]
+                # every edge's moving chunks end, nothing arrives: the edges fall idle
+                idle = not any_arriving and lf.size == int(moving[S].sum())
+            if idle:
+                left[lf] = np.inf
+                finish[S] = np.inf
+                clock[S] = tau
+                moving[S] = 0
+            else:
+                # the moving lanes brought up to the event (the others have nothing left)
+                lv = left[lanes]
+                moved = share[S] * (tau - clock[S])
+                lv -= moved
+                np.maximum(lv, 0.0, out=lv)
+                if any_finishing:
+                    lv[finishing] = np.inf
+                if any_arriving:
+                    la = lanes[arriving]
+                    arrive[la] = np.nan
+                    lv[arriving] = amounts.at(done[la], lane_edge[la])
+                left[lanes] = lv
+                # the rates of every edge that had an event, and its next completions
+                count = (lv < np.inf).sum(axis=0)
+                moving[S] = count
+                np.maximum(count, 1, out=count)  # (an idle edge's share is never used)
+                rates = rate[S] / count
+                dt = lv / rates
+                soonest = dt.min(axis=0)
+                ending[lanes] = dt <= soonest * limit
+                finish[S] = tau + soonest
+                clock[S] = tau
+                share[S] = rates
             if any_finishing:
-                released(np.concatenate([lf, lane_left[lf], lane_right[lf], lf[ahead] + p]))
+                # (take, not [:, lf]: a C-ordered result, whose reductions over its rows are fast)
+                waiting = waiters.take(lf, axis=1)
+                step = k + waiter_step
+                at = (step & mask) * W + waiting
+                for row in at:  # (a lane can wait for two of these ends, never twice in a row)
+                    flat_counted[row] += 1
+                started = (flat_counted[at] == 4).ravel().nonzero()[0]
+                if started.size:
+                    # (a lane whose last two ends came together is here twice, with the same times)
+                    y = waiting.ravel()[started]
+                    at = at.ravel()[started]
+                    k = step.ravel()[started]
+                    flat_counted[at] = first_chunk[y]
+                    ready = flat_ends[((k - 1) & mask) * W + awaited.take(y, axis=1)]
+                    if gamma > 0:
+                        # rank e's step k - 1 is done when its transfers on edges e - 1 and e
+                        # have ended and it has reduced what edge e - 1 brought; rank e + 1's
+                        # when edges e and e + 1 have, and it has reduced what edge e brought
+                        # (rounding is monotonic: max(a, b) + r is max(a + r, b + r) to the last bit)
+                        kr = np.maximum(k - 1, 0)
+                        e = lane_edge[y]
+                        sender = np.where(reduce[kr], amounts.at(kr, left_of[e]) * gamma, 0.0)
+                        receiver = np.where(reduce[kr], amounts.at(kr, e) * gamma, 0.0)
+                        ready[0] += sender
+                        ready[1] += np.maximum(sender, receiver)
+                        ready[2] += receiver
+                    start = np.maximum(ready.max(axis=0), flat_ends[at - p])
+                    start += lane_lat[y]
+                    arrive[y] = np.minimum(arrive[y], start)  # (one past its last step stays nan)
     finally:
         np.seterr(**errors)
-    if (done < steps).any():
+    if (done[p:] < steps).any():
         raise RuntimeError("chunked ring play stopped before every chunk finished")  # a bug, not bad input
-    slot = (steps - 1) & mask
+    last_ends = ends[(steps - 1) & mask, p:].reshape(C, p)
     exits = np.full(p, -np.inf)
     for c in range(C):  # every rank's last step of every chunk done: what the chunks-joined task waits for
-        t = np.maximum(ends[slot, c * p + left_of], ends[slot, c * p + edges])
+        t = np.maximum(last_ends[c, left_of], last_ends[c])
         if gamma > 0 and reduce[-1]:
             red = amounts.at(np.full(p, steps - 1), left_of) * gamma
             t = np.where(red > 0, t + red, t)
         exits = np.maximum(exits, t)
-    return exits, first, last
+    return exits, first, last_ends.max(axis=0)
 
 
-def _grow(ends: np.ndarray, done: np.ndarray, history: int) -> np.ndarray:
-    """The ring buffer of end times with twice the history, every kept end at its new slot."""
-    grown = np.full((2 * history, ends.shape[1]), np.nan)
-    lanes = np.arange(done.size)
+def _grow(ends: np.ndarray, counted: np.ndarray, done: np.ndarray, first_chunk: np.ndarray, history: int,
+          p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ring buffers of ends and counts with twice the history, every kept entry at its
+    new slot: the ends of the steps a lane finished (and its step -1), the counts of the
+    steps it has not started."""
+    wide = 2 * history
+    grown = np.full((wide, ends.shape[1]), np.nan)
+    grown[:, :p] = ends[:1, :p]
+    grown_counted = np.empty((wide, counted.shape[1]), dtype=counted.dtype)
+    grown_counted[:] = first_chunk
+    lanes = np.arange(p, done.size)
+    done = done[p:]
     for back in range(1, history + 1):
         k = done - back
-        ok = k >= 0
-        grown[k[ok] & (2 * history - 1), lanes[ok]] = ends[k[ok] & (history - 1), lanes[ok]]
-    return grown
+        ok = k >= -1
+        grown[k[ok] & (wide - 1), lanes[ok]] = ends[k[ok] & (history - 1), lanes[ok]]
+    for ahead in range(history):
+        k = done + ahead
+        grown_counted[k & (wide - 1), lanes] = counted[k & (history - 1), lanes]
+    return grown, grown_counted
