@@ -19,8 +19,8 @@ completion) cannot be preceded by an arrival it does not know yet (one caused by
 of a neighbouring edge, which comes a latency later at the earliest) handles that event.
 A transfer's start waits for four ends (its chunk's step before on its edge and on the edges
 before and after, and the chunk before's same step on its edge): a count per (chunk, edge)
-and step, raised at each of these ends, says when the last has come, without looking at the
-others' progress.
+and step, raised at each of these ends, says when the last has come, and the latest of them
+is kept beside it, so nothing looks at the others' progress or keeps their past ends.
 
 The figures are the flow network's up to the order of floating-point additions (it updates
 every flow's remaining bytes at every event of the whole network, this at every event of its
@@ -42,9 +42,9 @@ CHUNKED_MIN_TRANSFERS = 1 << 20
 # flows whose finishing times agree to this relative precision end in the same event, as
 # the flow network's (gansim/network/flows.py, SAME_TIME_RTOL)
 _SAME_TIME_RTOL = 1e-9
-# a chunk's step-k end is kept until the next chunk's transfer of step k has started, and the
-# ends counted towards a step that a chunk behind has not reached: ring buffers per (chunk,
-# edge), grown when a chunk runs further ahead (a power of 2)
+# the ends counted towards a step are kept until it starts, also those of a chunk that the
+# chunk before runs ahead of: ring buffers of steps per (chunk, edge), grown when a chunk runs
+# further ahead (a power of 2)
 _HISTORY = 64
 # how often (rounds, less one: a power of 2 less one) the history is checked against the chunks' leads
 _CHECK_EVERY = 15
@@ -123,12 +123,12 @@ class ChunkedRingPlay(UncontendedPlay):
         shape = plan.shapes[0]
         entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
         reduce = np.array([s.reduce for s in plan.schedule.steps], dtype=bool)
-        exits, first, last = play_chunked_ring(entry_t, shape.latency, shape.rate, _Amounts.of(plan, self.chunks),
-                                               reduce, self.gamma_s_per_byte, self.chunks)
+        amounts = _Amounts.of(plan, self.chunks)
+        exits, first, last = play_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
+                                               self.gamma_s_per_byte, self.chunks)
         self._first, self._last = first, last
         if self._carried is None:
-            self._carried = carried_bytes(_Amounts.of(plan, self.chunks), plan.participants, len(reduce),
-                                          self.chunks)
+            self._carried = carried_bytes(amounts, plan.participants, len(reduce), self.chunks)
         self.exit_times = exits
         self.early_exit = bool((exits < now).any())
         return exits
@@ -170,11 +170,12 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     received.
 
     Each (chunk, edge) is a lane, numbered (chunk + 1) * p + edge; lanes 0 .. p - 1 stand for
-    a chunk before the first, which never holds one back. A lane's `arrive` is the arrival
-    of its next transfer once that has started (inf while it waits for its predecessors, nan
-    while it moves and after its last step); a moving lane has `left` bytes (inf otherwise)
-    as of its edge's `clock`. The next of an edge's moving lanes end at `finish` (those
-    flagged `ending`, decided as the flow network decides it, when their rates were set)."""
+    a chunk before the first (they only take counts that nothing reads). A lane's `arrive` is
+    the arrival of its next transfer once that has started (inf while it waits for what it
+    depends on, nan while it moves and after its last step); a moving lane has `left` bytes
+    (inf otherwise) as of its edge's `clock`. The next of an edge's moving lanes end at
+    `finish` (those flagged `ending`, decided as the flow network decides it, when their
+    rates were set)."""
     p = entry.size
     steps = reduce.size
     C = chunks
@@ -190,31 +191,28 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     lane = np.arange(W).reshape(C + 1, p)
     lane_edge = np.tile(edges, C + 1)
     lane_lat = np.tile(lat, C + 1)
+    lane_chunk = np.repeat(np.arange(-1, C), p)
+    # the lanes whose next transfer waits for a lane's end of its step k - 1: its own step k,
+    # its neighbours' on the edges after and before (rank i's step k - 1 is done when both its
+    # transfers have ended), and the chunk after's step k - 1 on its edge (the last chunk's
+    # goes to a lane before the first)
     real = lane[1:]
-    # the lanes whose step waits for a lane's end of its step k - 1: its own and its neighbours'
-    # step k, and the next chunk's step k - 1 (the last chunk's goes to a lane 0 .. p - 1, never read)
     waiters = np.empty((4, W), dtype=np.int64)
     waiters[:, :p] = lane[0]
     waiters[:, p:] = np.stack([real, real[:, right_of], real[:, left_of], np.vstack([lane[2:], lane[:1]])]
                               ).reshape(4, -1)
-    waiter_step = np.array([0, 0, 0, -1])[:, None]
-    # a lane's step k starts when the edges before and after it and itself have ended step
-    # k - 1 (these three) and the chunk before has ended step k (the lane p places before)
-    awaited = np.empty((3, W), dtype=np.int64)
-    awaited[:, :p] = lane[0]
-    awaited[:, p:] = np.stack([real[:, left_of], real, real[:, right_of]]).reshape(3, -1)
-    # ends counted per lane and step, 4 starting it; the first chunk has no chunk before
-    # (counted from the start), and every chunk's step 0 waits for no step -1
+    # per lane and step (at [(step + chunk) % history], so that the four ends of a lane's
+    # step k - 1 count at one slot): the ends counted, 4 starting the transfer, and the latest
+    # of them. The first chunk has no chunk before (counted from the start), no chunk's step
+    # 0 waits for a step -1, and the first chunk's step 0 starts when its ranks have joined.
     first_chunk = np.zeros(W, dtype=np.int64)
     first_chunk[p:2 * p] = 1
     counted = np.empty((history, W), dtype=np.int64)
     counted[:] = first_chunk
-    counted[0, 2 * p:] = 3
-    # step ends per lane at [step % history]: step -1 ended before anything (read by step 0),
-    # and the lanes before the first chunk hold when their edge's ranks joined, every step
-    ends = np.full((history, W), np.nan)
-    ends[history - 1, p:] = -np.inf
-    ends[:, :p] = chunk_entry
+    for c in range(1, C):
+        counted[c & (history - 1), (c + 1) * p:(c + 2) * p] = 3
+    latest = np.full((history, W), -np.inf)
+    end_of = np.full(W, np.nan)  # each lane's last end
     done = np.zeros(W, dtype=np.int64)  # steps each lane has finished
     arrive = np.full(W, np.nan)
     arrive[p:2 * p] = chunk_entry + lat
@@ -227,7 +225,8 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     finish = np.full(p, np.inf)
     share = np.zeros(p)  # what each chunk moving on an edge moves per second
     moving = np.zeros(p, dtype=np.int64)  # chunks moving on each edge
-    first = chunk_entry.astype(float)  # (no chunk starts before the first)
+    # (a later chunk's step 0 starts at the end of the chunk before's, after chunk_entry)
+    first = chunk_entry.astype(float)
     offsets = (np.arange(1, C + 1) * p)[:, None]
     arrive_real = arrive[p:].reshape(C, p)
     nxt_ring = np.empty(p + 2)  # every edge's next event, with its neighbours' across the wrap
@@ -240,18 +239,17 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
         rounds = 0
         while True:
             if rounds & _CHECK_EVERY == 0:
-                # a chunk's end of step k is overwritten `history` steps later, as are the ends
-                # counted towards the step k of the chunk after: keep the history longer than
-                # any chunk can be ahead of the next after the coming rounds (each ends at most
-                # one step per lane)
+                # a lane's counts of step k share a slot with its step k + history's: keep the
+                # history longer than any chunk can be ahead of the next after the coming
+                # rounds (each ends at most one step per lane)
                 real_done = done[p:]
                 while history < 4 or (C > 1 and int((real_done[:-p] - real_done[p:]).max()) + 3 + _CHECK_EVERY
                                       >= history):
-                    ends, counted = _grow(ends, counted, done, first_chunk, history, p)
+                    counted, latest = _grow(counted, latest, done, first_chunk, history, p)
                     history *= 2
                 mask = history - 1
-                flat_ends = ends.reshape(-1)
                 flat_counted = counted.reshape(-1)
+                flat_latest = latest.reshape(-1)
             rounds += 1
             np.fmin(finish, np.fmin.reduce(arrive_real, axis=0), out=nxt)
             now = float(nxt.min())
@@ -268,17 +266,16 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
             lanes = offsets + S  # (C, s)
             finishing_edge = finish[S] <= tau
             arriving = arrive[lanes] <= tau
-            any_finishing = bool(finishing_edge.any())
-            any_arriving = bool(arriving.any())
+            any_finishing = np.count_nonzero(finishing_edge) > 0
+            any_arriving = np.count_nonzero(arriving) > 0
             idle = False
             if any_finishing:
                 finishing = ending[lanes]
                 finishing &= finishing_edge
                 lf = lanes[finishing]
-                t_end = np.empty(lanes.shape)
-                t_end[:] = tau
+                t_end = finish[lane_edge[lf]]
+                end_of[lf] = t_end
                 k = done[lf]
-                flat_ends[(k & mask) * W + lf] = t_end[finishing]
                 k += 1
                 done[lf] = k
                 arrive[lf] = after[k]
@@ -290,11 +287,12 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
                 clock[S] = tau
                 moving[S] = 0
             else:
-                # the moving lanes brought up to the event (the others have nothing left)
                 lv = left[lanes]
-                moved = share[S] * (tau - clock[S])
-                lv -= moved
-                np.maximum(lv, 0.0, out=lv)
+                if any_finishing or np.count_nonzero(moving[S]):
+                    # the moving lanes brought up to the event (the others have nothing left)
+                    moved = share[S] * (tau - clock[S])
+                    lv -= moved
+                    np.maximum(lv, 0.0, out=lv)
                 if any_finishing:
                     lv[finishing] = np.inf
                 if any_arriving:
@@ -314,40 +312,44 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
                 clock[S] = tau
                 share[S] = rates
             if any_finishing:
-                # (take, not [:, lf]: a C-ordered result, whose reductions over its rows are fast)
+                slot = k + lane_chunk[lf]
+                slot &= mask
+                slot *= W
+                # (take, not [:, lf]: the latter is Fortran-ordered, and slow to add a row to)
                 waiting = waiters.take(lf, axis=1)
-                step = k + waiter_step
-                at = (step & mask) * W + waiting
-                for row in at:  # (a lane can wait for two of these ends, never twice in a row)
-                    flat_counted[row] += 1
-                started = (flat_counted[at] == 4).ravel().nonzero()[0]
+                at = (waiting + slot).ravel()
+                waiting = waiting.ravel()
+                np.add.at(flat_counted, at, 1)  # (two of these ends can be a lane's)
+                ready = np.empty((4, lf.size))
+                ready[:] = t_end
+                if gamma > 0:
+                    # rank e's step k - 1 is done when its transfers on edges e - 1 and e have
+                    # ended and it has reduced what edge e - 1 brought; rank e + 1's when edges
+                    # e and e + 1 have, and it has reduced what edge e brought (rounding is
+                    # monotonic: max(a, b) + r is max(a + r, b + r) to the last bit)
+                    kr = k - 1
+                    e = lane_edge[lf]
+                    into_sender = np.where(reduce[kr], amounts.at(kr, left_of[e]) * gamma, 0.0)
+                    into_receiver = np.where(reduce[kr], amounts.at(kr, e) * gamma, 0.0)
+                    ready[0] += np.maximum(into_sender, into_receiver)
+                    ready[1] += into_receiver  # (rank e + 1 sends on the edge after)
+                    ready[2] += into_sender  # (rank e receives from the edge before)
+                np.maximum.at(flat_latest, at, ready.ravel())  # (1-d: broadcast values go wrong)
+                started = (flat_counted[at] == 4).nonzero()[0]
                 if started.size:
                     # (a lane whose last two ends came together is here twice, with the same times)
-                    y = waiting.ravel()[started]
-                    at = at.ravel()[started]
-                    k = step.ravel()[started]
+                    at = at[started]
+                    y = waiting[started]
+                    start = flat_latest[at]
                     flat_counted[at] = first_chunk[y]
-                    ready = flat_ends[((k - 1) & mask) * W + awaited.take(y, axis=1)]
-                    if gamma > 0:
-                        # rank e's step k - 1 is done when its transfers on edges e - 1 and e
-                        # have ended and it has reduced what edge e - 1 brought; rank e + 1's
-                        # when edges e and e + 1 have, and it has reduced what edge e brought
-                        # (rounding is monotonic: max(a, b) + r is max(a + r, b + r) to the last bit)
-                        kr = np.maximum(k - 1, 0)
-                        e = lane_edge[y]
-                        sender = np.where(reduce[kr], amounts.at(kr, left_of[e]) * gamma, 0.0)
-                        receiver = np.where(reduce[kr], amounts.at(kr, e) * gamma, 0.0)
-                        ready[0] += sender
-                        ready[1] += np.maximum(sender, receiver)
-                        ready[2] += receiver
-                    start = np.maximum(ready.max(axis=0), flat_ends[at - p])
+                    flat_latest[at] = -np.inf
                     start += lane_lat[y]
                     arrive[y] = np.minimum(arrive[y], start)  # (one past its last step stays nan)
     finally:
         np.seterr(**errors)
     if (done[p:] < steps).any():
         raise RuntimeError("chunked ring play stopped before every chunk finished")  # a bug, not bad input
-    last_ends = ends[(steps - 1) & mask, p:].reshape(C, p)
+    last_ends = end_of[p:].reshape(C, p)
     exits = np.full(p, -np.inf)
     for c in range(C):  # every rank's last step of every chunk done: what the chunks-joined task waits for
         t = np.maximum(last_ends[c, left_of], last_ends[c])
@@ -358,23 +360,19 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     return exits, first, last_ends.max(axis=0)
 
 
-def _grow(ends: np.ndarray, counted: np.ndarray, done: np.ndarray, first_chunk: np.ndarray, history: int,
+def _grow(counted: np.ndarray, latest: np.ndarray, done: np.ndarray, first_chunk: np.ndarray, history: int,
           p: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ring buffers of ends and counts with twice the history, every kept entry at its
-    new slot: the ends of the steps a lane finished (and its step -1), the counts of the
-    steps it has not started."""
+    """The ring buffers of counts and latest ends with twice the history, those of every
+    step a lane has not started at its new slot."""
     wide = 2 * history
-    grown = np.full((wide, ends.shape[1]), np.nan)
-    grown[:, :p] = ends[:1, :p]
     grown_counted = np.empty((wide, counted.shape[1]), dtype=counted.dtype)
     grown_counted[:] = first_chunk
+    grown_latest = np.full((wide, latest.shape[1]), -np.inf)
     lanes = np.arange(p, done.size)
+    chunk = lanes // p - 1
     done = done[p:]
-    for back in range(1, history + 1):
-        k = done - back
-        ok = k >= -1
-        grown[k[ok] & (wide - 1), lanes[ok]] = ends[k[ok] & (history - 1), lanes[ok]]
     for ahead in range(history):
-        k = done + ahead
+        k = done + ahead + chunk
         grown_counted[k & (wide - 1), lanes] = counted[k & (history - 1), lanes]
-    return grown, grown_counted
+        grown_latest[k & (wide - 1), lanes] = latest[k & (history - 1), lanes]
+    return grown_counted, grown_latest
