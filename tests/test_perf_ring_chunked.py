@@ -102,8 +102,8 @@ def test_a_ring_whose_edges_share_a_link_is_not_played_in_chunks(monkeypatch):
 
 
 def test_the_history_of_chunk_ends_grows_when_a_chunk_runs_ahead(monkeypatch):
-    """A ring buffer of two steps' ends, checked every round, forces growth; the figures stay
-    the flow network's."""
+    """Ring buffers of two steps' counts and latest ends, checked every round, force growth
+    (also while chunks are ahead of the next); the figures stay the flow network's."""
     monkeypatch.setattr(chunked_ring, "_HISTORY", 2)
     monkeypatch.setattr(chunked_ring, "_CHECK_EVERY", 0)
     workload = {"allreduce_bytes": 4 * 100_003}

@@ -17,6 +17,10 @@ after they start. This module plays those servers, all edges at once, as a conse
 discrete-event simulation: each round, every edge whose next event (an arrival or a
 completion) cannot be preceded by an arrival it does not know yet (one caused by an event
 of a neighbouring edge, which comes a latency later at the earliest) handles that event.
+A transfer's start waits for four ends (its chunk's step before on its edge and on the edges
+before and after, and the chunk before's same step on its edge): a count per (chunk, edge)
+and step, raised at each of these ends, says when the last has come, and the latest of them
+is kept beside it, so nothing looks at the others' progress or keeps their past ends.
 
 The figures are the flow network's up to the order of floating-point additions (it updates
 every flow's remaining bytes at every event of the whole network, this at every event of its
@@ -38,8 +42,9 @@ CHUNKED_MIN_TRANSFERS = 1 << 20
 # flows whose finishing times agree to this relative precision end in the same event, as
 # the flow network's (gansim/network/flows.py, SAME_TIME_RTOL)
 _SAME_TIME_RTOL = 1e-9
-# a chunk's step-k end is kept until the next chunk's transfer of step k has started: a
-# ring buffer of end times per (chunk, edge), grown when a chunk runs further ahead (a power of 2)
+# the ends counted towards a step are kept until it starts, also those of a chunk that the
+# chunk before runs ahead of: ring buffers of steps per (chunk, edge), grown when a chunk runs
+# further ahead (a power of 2)
 _HISTORY = 64
 # how often (rounds, less one: a power of 2 less one) the history is checked against the chunks' leads
 _CHECK_EVERY = 15
@@ -118,12 +123,12 @@ class ChunkedRingPlay(UncontendedPlay):
         shape = plan.shapes[0]
         entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
         reduce = np.array([s.reduce for s in plan.schedule.steps], dtype=bool)
-        exits, first, last = play_chunked_ring(entry_t, shape.latency, shape.rate, _Amounts.of(plan, self.chunks),
-                                               reduce, self.gamma_s_per_byte, self.chunks)
+        amounts = _Amounts.of(plan, self.chunks)
+        exits, first, last = play_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
+                                               self.gamma_s_per_byte, self.chunks)
         self._first, self._last = first, last
         if self._carried is None:
-            self._carried = carried_bytes(_Amounts.of(plan, self.chunks), plan.participants, len(reduce),
-                                          self.chunks)
+            self._carried = carried_bytes(amounts, plan.participants, len(reduce), self.chunks)
         self.exit_times = exits
         self.early_exit = bool((exits < now).any())
         return exits
@@ -164,174 +169,210 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     on it. Rank i joins at entry[i]; after a reduce step a rank spends gamma per byte it
     received.
 
-    Each (chunk, edge) is a lane, numbered chunk * p + edge: its next transfer waits for
-    what it depends on (state 0), arrives at `arrive` (1) or moves (2). An edge's moving
-    lanes were last brought up to its `clock`; the next of them end at `finish` (those
-    flagged `ending`, decided as the flow network decides it, when their rates were set)."""
+    Each (chunk, edge) is a lane, numbered (chunk + 1) * p + edge; lanes 0 .. p - 1 stand for
+    a chunk before the first (they only take counts that nothing reads). A lane's `arrive` is
+    the arrival of its next transfer once that has started (inf while it waits for what it
+    depends on, nan while it moves and after its last step); a moving lane has `left` bytes
+    (inf otherwise) as of its edge's `clock`. The next of an edge's moving lanes end at
+    `finish` (those flagged `ending`, decided as the flow network decides it, when their
+    rates were set)."""
     p = entry.size
     steps = reduce.size
     C = chunks
-    L = C * p
+    W = (C + 1) * p
     lat = np.asarray(latency, dtype=float)
     rate = np.asarray(rate, dtype=float)
     lat_min = float(lat.min())
     history = _HISTORY
-    mask = history - 1
-    ends = np.full((history, L), np.nan)  # end of each lane's step k at [k % history]
-    done = np.zeros(L, dtype=np.int64)  # steps each lane has finished
-    state = np.zeros(L, dtype=np.int8)
-    arrive = np.full(L, np.inf)
-    left = np.zeros(L)
-    ending = np.zeros(L, dtype=bool)
-    clock = np.zeros(p)
-    finish = np.full(p, np.inf)
-    first = np.full(p, np.inf)
-    last = np.full(p, -np.inf)
     edges = np.arange(p)
     left_of = np.roll(edges, 1)  # edge i - 1 (the edge into rank i)
     right_of = np.roll(edges, -1)  # edge i + 1 (and rank i + 1)
-    offsets = (np.arange(C) * p)[:, None]
     chunk_entry = np.maximum(entry, entry[right_of])  # when both ends of an edge have joined
-    lanes_all = np.arange(L).reshape(C, p)
-    lane_left = lanes_all[:, left_of].ravel()  # the lane of the same chunk on the edge before
-    lane_right = lanes_all[:, right_of].ravel()  # and after
-    lane_edge = np.tile(edges, C)
-    marked = np.zeros(L, dtype=bool)  # candidates of released(), unmarked as they are read
+    lane = np.arange(W).reshape(C + 1, p)
+    lane_edge = np.tile(edges, C + 1)
+    lane_lat = np.tile(lat, C + 1)
+    lane_chunk = np.repeat(np.arange(-1, C), p)
+    # the lanes whose next transfer waits for a lane's end of its step k - 1: its own step k,
+    # its neighbours' on the edges after and before (rank i's step k - 1 is done when both its
+    # transfers have ended), and the chunk after's step k - 1 on its edge (the last chunk's
+    # goes to a lane before the first)
+    real = lane[1:]
+    waiters = np.empty((4, W), dtype=np.int64)
+    waiters[:, :p] = lane[0]
+    waiters[:, p:] = np.stack([real, real[:, right_of], real[:, left_of], np.vstack([lane[2:], lane[:1]])]
+                              ).reshape(4, -1)
+    # per lane and step (at [(step + chunk) % history], so that the four ends of a lane's
+    # step k - 1 count at one slot): the ends counted, 4 starting the transfer, and the latest
+    # of them. The first chunk has no chunk before (counted from the start), no chunk's step
+    # 0 waits for a step -1, and the first chunk's step 0 starts when its ranks have joined.
+    first_chunk = np.zeros(W, dtype=np.int64)
+    first_chunk[p:2 * p] = 1
+    counted = np.empty((history, W), dtype=np.int64)
+    counted[:] = first_chunk
+    for c in range(1, C):
+        counted[c & (history - 1), (c + 1) * p:(c + 2) * p] = 3
+    latest = np.full((history, W), -np.inf)
+    end_of = np.full(W, np.nan)  # each lane's last end
+    done = np.zeros(W, dtype=np.int64)  # steps each lane has finished
+    arrive = np.full(W, np.nan)
+    arrive[p:2 * p] = chunk_entry + lat
+    arrive[2 * p:] = np.inf
+    after = np.full(steps + 1, np.inf)  # a lane's `arrive` once it has finished k steps
+    after[steps] = np.nan
+    left = np.full(W, np.inf)
+    ending = np.zeros(W, dtype=bool)
+    clock = np.zeros(p)
+    finish = np.full(p, np.inf)
     share = np.zeros(p)  # what each chunk moving on an edge moves per second
+    moving = np.zeros(p, dtype=np.int64)  # chunks moving on each edge
+    # (a later chunk's step 0 starts at the end of the chunk before's, after chunk_entry)
+    first = chunk_entry.astype(float)
+    offsets = (np.arange(1, C + 1) * p)[:, None]
+    arrive_real = arrive[p:].reshape(C, p)
+    nxt_ring = np.empty(p + 2)  # every edge's next event, with its neighbours' across the wrap
+    nxt = nxt_ring[1:-1]
+    bound = np.empty(p)
+    safe = np.empty(p, dtype=bool)
     limit = 1 + _SAME_TIME_RTOL
-
-    def released(cand: np.ndarray) -> None:
-        """Schedule the arrival of every candidate lane's next transfer whose predecessors
-        have all ended (each candidate once, whatever the repeats in `cand`)."""
-        marked[cand] = True
-        cand = marked.nonzero()[0]
-        marked[cand] = False
-        k = done[cand]
-        waiting = (state[cand] == 0) & (k < steps)
-        cand, k = cand[waiting], k[waiting]
-        if not cand.size:
-            return
-        left_lane = lane_left[cand]
-        right_lane = lane_right[cand]
-        waiting = (done[left_lane] >= k) & (done[right_lane] >= k)
-        behind = cand >= p
-        waiting &= ~behind | (done[cand - p] > k)  # (a first chunk's cand - p is never read)
-        if not waiting.all():
-            cand, k, left_lane, right_lane, behind = (x[waiting] for x in (cand, k, left_lane, right_lane, behind))
-            if not cand.size:
-                return
-        e = lane_edge[cand]
-        flat = ends.reshape(-1)
-        at = ((k - 1) & mask) * L
-        mine = flat[at + cand]
-        # rank e's and rank e + 1's step k - 1 done: their received and sent transfers ended
-        sender = np.maximum(flat[at + left_lane], mine)
-        receiver = np.maximum(mine, flat[at + right_lane])
-        if gamma > 0:
-            kr = np.maximum(k - 1, 0)
-            red = np.where(reduce[kr], amounts.at(kr, left_of[e]) * gamma, 0.0)
-            sender = np.where(red > 0, sender + red, sender)
-            red = np.where(reduce[kr], amounts.at(kr, e) * gamma, 0.0)
-            receiver = np.where(red > 0, receiver + red, receiver)
-        ready = np.maximum(sender, receiver)
-        starting = k == 0
-        any_starting = bool(starting.any())
-        if any_starting:
-            ready[starting] = chunk_entry[e[starting]]
-        if behind.any():
-            ready[behind] = np.maximum(ready[behind], ends[k[behind] & mask, cand[behind] - p])
-        arrive[cand] = ready + lat[e]
-        state[cand] = 1
-        if any_starting:
-            np.minimum.at(first, e[starting], ready[starting])
-
-    released(edges.copy())
     errors = np.seterr(divide="ignore", invalid="ignore")  # (edges with nothing moving)
     try:
         rounds = 0
         while True:
-            if rounds & _CHECK_EVERY == 0 and C > 1:
-                # a chunk's end of step k is overwritten `history` steps later: keep the history
-                # longer than any chunk can be ahead of the next after the coming rounds (each
-                # ends at most one step per lane)
-                if int((done[:-p] - done[p:]).max()) + 3 + _CHECK_EVERY >= history:
-                    ends = _grow(ends, done, history)
+            if rounds & _CHECK_EVERY == 0:
+                # a lane's counts of step k share a slot with its step k + history's: keep the
+                # history longer than any chunk can be ahead of the next after the coming
+                # rounds (each ends at most one step per lane)
+                real_done = done[p:]
+                while history < 4 or (C > 1 and int((real_done[:-p] - real_done[p:]).max()) + 3 + _CHECK_EVERY
+                                      >= history):
+                    counted, latest = _grow(counted, latest, done, first_chunk, history, p)
                     history *= 2
-                    mask = history - 1
+                mask = history - 1
+                flat_counted = counted.reshape(-1)
+                flat_latest = latest.reshape(-1)
             rounds += 1
-            nxt = np.minimum(finish, arrive.reshape(C, p).min(axis=0))
+            np.fmin(finish, np.fmin.reduce(arrive_real, axis=0), out=nxt)
             now = float(nxt.min())
             if now == np.inf:
                 break
-            bound = np.minimum(nxt[left_of], nxt[right_of])
+            nxt_ring[0] = nxt[-1]
+            nxt_ring[-1] = nxt[0]
+            np.minimum(nxt_ring[:-2], nxt_ring[2:], out=bound)
             np.minimum(bound, now + lat_min, out=bound)
             bound += lat
-            S = (nxt <= bound).nonzero()[0]
+            np.less_equal(nxt, bound, out=safe)
+            S = safe.nonzero()[0]
             tau = nxt[S]
             lanes = offsets + S  # (C, s)
-            st = state[lanes]
-            was_moving = st == 2
-            finishing = was_moving & ending[lanes] & (finish[S] <= tau)
-            arriving = (st == 1) & (arrive[lanes] <= tau)
-            # the moving lanes brought up to the event (the others have nothing left)
-            moved = share[S] * (tau - clock[S])
-            lv = np.maximum(left[lanes] - moved, 0.0)
-            lv[finishing] = 0.0
-            ci, si = finishing.nonzero()
-            any_finishing = ci.size > 0
+            finishing_edge = finish[S] <= tau
+            arriving = arrive[lanes] <= tau
+            any_finishing = np.count_nonzero(finishing_edge) > 0
+            any_arriving = np.count_nonzero(arriving) > 0
+            idle = False
             if any_finishing:
-                e_f = S[si]
-                lf = ci * p + e_f
+                finishing = ending[lanes]
+                finishing &= finishing_edge
+                lf = lanes[finishing]
+                t_end = finish[lane_edge[lf]]
+                end_of[lf] = t_end
                 k = done[lf]
-                t_end = tau[si]
-                ahead = ci < C - 1
-                ends[k & mask, lf] = t_end
-                done[lf] = k + 1
-                over = k + 1 == steps
-                if over.any():
-                    np.maximum.at(last, e_f[over], t_end[over])
-            ca, sa = arriving.nonzero()
-            if ca.size:
-                la = ca * p + S[sa]
-                arrive[la] = np.inf
-                lv[ca, sa] = amounts.at(done[la], S[sa])
-            st[finishing] = 0
-            st[arriving] = 2
-            state[lanes] = st
-            left[lanes] = lv
-            # the rates of every edge that had an event, and its next completions
-            in_motion = st == 2
-            count = in_motion.sum(axis=0)
-            rates = rate[S] / count
-            dt = np.where(in_motion, lv / rates, np.inf)
-            share[S] = np.where(count > 0, rates, 0.0)
-            soonest = dt.min(axis=0)
-            ending[lanes] = dt <= soonest * limit
-            finish[S] = tau + soonest
-            clock[S] = tau
+                k += 1
+                done[lf] = k
+                arrive[lf] = after[k]
+                # every edge's moving chunks end, nothing arrives: the edges fall idle
+                idle = not any_arriving and lf.size == int(moving[S].sum())
+            if idle:
+                left[lf] = np.inf
+                finish[S] = np.inf
+                clock[S] = tau
+                moving[S] = 0
+            else:
+                lv = left[lanes]
+                if any_finishing or np.count_nonzero(moving[S]):
+                    # the moving lanes brought up to the event (the others have nothing left)
+                    moved = share[S] * (tau - clock[S])
+                    lv -= moved
+                    np.maximum(lv, 0.0, out=lv)
+                if any_finishing:
+                    lv[finishing] = np.inf
+                if any_arriving:
+                    la = lanes[arriving]
+                    arrive[la] = np.nan
+                    lv[arriving] = amounts.at(done[la], lane_edge[la])
+                left[lanes] = lv
+                # the rates of every edge that had an event, and its next completions
+                count = (lv < np.inf).sum(axis=0)
+                moving[S] = count
+                np.maximum(count, 1, out=count)  # (an idle edge's share is never used)
+                rates = rate[S] / count
+                dt = lv / rates
+                soonest = dt.min(axis=0)
+                ending[lanes] = dt <= soonest * limit
+                finish[S] = tau + soonest
+                clock[S] = tau
+                share[S] = rates
             if any_finishing:
-                released(np.concatenate([lf, lane_left[lf], lane_right[lf], lf[ahead] + p]))
+                slot = k + lane_chunk[lf]
+                slot &= mask
+                slot *= W
+                # (take, not [:, lf]: the latter is Fortran-ordered, and slow to add a row to)
+                waiting = waiters.take(lf, axis=1)
+                at = (waiting + slot).ravel()
+                waiting = waiting.ravel()
+                np.add.at(flat_counted, at, 1)  # (two of these ends can be a lane's)
+                ready = np.empty((4, lf.size))
+                ready[:] = t_end
+                if gamma > 0:
+                    # rank e's step k - 1 is done when its transfers on edges e - 1 and e have
+                    # ended and it has reduced what edge e - 1 brought; rank e + 1's when edges
+                    # e and e + 1 have, and it has reduced what edge e brought (rounding is
+                    # monotonic: max(a, b) + r is max(a + r, b + r) to the last bit)
+                    kr = k - 1
+                    e = lane_edge[lf]
+                    into_sender = np.where(reduce[kr], amounts.at(kr, left_of[e]) * gamma, 0.0)
+                    into_receiver = np.where(reduce[kr], amounts.at(kr, e) * gamma, 0.0)
+                    ready[0] += np.maximum(into_sender, into_receiver)
+                    ready[1] += into_receiver  # (rank e + 1 sends on the edge after)
+                    ready[2] += into_sender  # (rank e receives from the edge before)
+                np.maximum.at(flat_latest, at, ready.ravel())  # (1-d: broadcast values go wrong)
+                started = (flat_counted[at] == 4).nonzero()[0]
+                if started.size:
+                    # (a lane whose last two ends came together is here twice, with the same times)
+                    at = at[started]
+                    y = waiting[started]
+                    start = flat_latest[at]
+                    flat_counted[at] = first_chunk[y]
+                    flat_latest[at] = -np.inf
+                    start += lane_lat[y]
+                    arrive[y] = np.minimum(arrive[y], start)  # (one past its last step stays nan)
     finally:
         np.seterr(**errors)
-    if (done < steps).any():
+    if (done[p:] < steps).any():
         raise RuntimeError("chunked ring play stopped before every chunk finished")  # a bug, not bad input
-    slot = (steps - 1) & mask
+    last_ends = end_of[p:].reshape(C, p)
     exits = np.full(p, -np.inf)
     for c in range(C):  # every rank's last step of every chunk done: what the chunks-joined task waits for
-        t = np.maximum(ends[slot, c * p + left_of], ends[slot, c * p + edges])
+        t = np.maximum(last_ends[c, left_of], last_ends[c])
         if gamma > 0 and reduce[-1]:
             red = amounts.at(np.full(p, steps - 1), left_of) * gamma
             t = np.where(red > 0, t + red, t)
         exits = np.maximum(exits, t)
-    return exits, first, last
+    return exits, first, last_ends.max(axis=0)
 
 
-def _grow(ends: np.ndarray, done: np.ndarray, history: int) -> np.ndarray:
-    """The ring buffer of end times with twice the history, every kept end at its new slot."""
-    grown = np.full((2 * history, ends.shape[1]), np.nan)
-    lanes = np.arange(done.size)
-    for back in range(1, history + 1):
-        k = done - back
-        ok = k >= 0
-        grown[k[ok] & (2 * history - 1), lanes[ok]] = ends[k[ok] & (history - 1), lanes[ok]]
-    return grown
+def _grow(counted: np.ndarray, latest: np.ndarray, done: np.ndarray, first_chunk: np.ndarray, history: int,
+          p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ring buffers of counts and latest ends with twice the history, those of every
+    step a lane has not started at its new slot."""
+    wide = 2 * history
+    grown_counted = np.empty((wide, counted.shape[1]), dtype=counted.dtype)
+    grown_counted[:] = first_chunk
+    grown_latest = np.full((wide, latest.shape[1]), -np.inf)
+    lanes = np.arange(p, done.size)
+    chunk = lanes // p - 1
+    done = done[p:]
+    for ahead in range(history):
+        k = done + ahead + chunk
+        grown_counted[k & (wide - 1), lanes] = counted[k & (history - 1), lanes]
+        grown_latest[k & (wide - 1), lanes] = latest[k & (history - 1), lanes]
+    return grown_counted, grown_latest
