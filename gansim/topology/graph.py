@@ -794,7 +794,8 @@ class _Walk:
                 # the last vertex before it is reached off the hubs, nearer than it, and so is
                 # every vertex of every shortest route to that one
                 self.local.settle(within=dv)
-                edges = [(u, weight) for u, weight in hub.into[v] if u in self.local.settled]
+                # (out of the few vertices settled, not into the hub: a switch of 100,000 ports)
+                edges = [(u, weight) for u in self.local.settled for w, weight in self.graph.out[u] if w == v]
                 before = self._pred(v, dv, edges)
                 found = path_to(self.local.pred, self.start, before) + [v]
             elif len(ways) == 1:
