@@ -633,6 +633,7 @@ class _HubRouting:
     from_hub: list[tuple[dict[int, float], dict[int, int]]]  # per hub: distances and predecessors, off the others
     to_hub: list[dict[int, float]]  # per hub: each vertex's distance to it, off the others
     between: np.ndarray  # [i, j]: from hub i to hub j off the others (inf: no such route)
+    across: np.ndarray  # [i, j]: from hub i to hub j through any hubs (0 from a hub to itself)
     last_before: list[dict[int, int]]  # [i][j]: the vertex before hub j on that route (the rule's)
 
     @classmethod
@@ -658,10 +659,17 @@ class _HubRouting:
                 if best_u >= 0:
                     between[i, j] = best
                     last_before[i][j] = best_u
+        # Floyd-Warshall over the few hubs: route weights are whole numbers (_route_weight), so
+        # sums in any order are exact (below 2**53, some 9 ms of latency on a route), as the
+        # searches' own sums are
+        across = between.copy()
+        np.fill_diagonal(across, 0.0)
+        for k in range(len(hubs)):
+            np.minimum(across, across[:, k:k + 1] + across[k:k + 1, :], out=across)
         rows, cols, _ = graph.edges
         off = ~(np.isin(rows, hubs) | np.isin(cols, hubs))
         return cls(hubs, {h: i for i, h in enumerate(hubs)}, skip, backwards.out, components(graph.n, rows[off], cols[off]),
-                   from_hub, to_hub, between, last_before)
+                   from_hub, to_hub, between, across, last_before)
 
 
 @dataclass(frozen=True)
@@ -738,30 +746,16 @@ class _Walk:
         self.local = Search(graph, [start], skip=hub.skip, high_first=True)
         # (a search from a hub leaves its part at once: it is searched as it is)
         self._part = -1 if start in hub.skip else int(hub.part[start])
-        self.at_hub, self._hub_ways = self._hub_distances()
+        # the source's distance to each hub: to a first hub off the hubs, then across hubs
+        self._first = np.array([to.get(start, np.inf) for to in hub.to_hub])
+        self.at_hub = (self._first[:, None] + hub.across).min(axis=0, initial=np.inf).tolist()
         self._paths: dict[int, list[int]] = {start: [start]}
 
-    def _hub_distances(self) -> tuple[list[float], list[list[int]]]:
-        """The source's distance to every hub, and per hub the ways that give it (-1: off
-        the hubs; i: through hub i), by Dijkstra over the hubs."""
-        hub = self.hub
-        n = len(hub.hubs)
-        first = [to.get(self.start, np.inf) for to in hub.to_hub]  # off the hubs
-        dist = list(first)
-        done = [False] * n
-        for _ in range(n):
-            i = min((k for k in range(n) if not done[k]), key=dist.__getitem__, default=-1)
-            if i < 0 or not np.isfinite(dist[i]):
-                break
-            done[i] = True
-            row = hub.between[i]
-            for j in range(n):
-                if not done[j] and dist[i] + row[j] < dist[j]:
-                    dist[j] = dist[i] + row[j]
-        ways = [([-1] if first[j] == dist[j] else [])
-                + [i for i in range(n) if i != j and dist[i] + hub.between[i, j] == dist[j]]
-                for j in range(n)]
-        return dist, ways
+    def _hub_ways(self, j: int) -> list[int]:
+        """The ways that give the source's distance to hub j: -1 off the hubs, i through hub i."""
+        dist = self.at_hub[j]
+        through = np.flatnonzero(np.asarray(self.at_hub) + self.hub.between[:, j] == dist).tolist()
+        return ([-1] if self._first[j] == dist else []) + [i for i in through if i != j]
 
     def route(self, target: int) -> list[int] | None:
         """The vertices of the route from the source to `target` (None: no route)."""
@@ -789,7 +783,7 @@ class _Walk:
         hub = self.hub
         j = hub.index.get(v)
         if j is not None:  # a hub: reached off the hubs, or from another
-            ways = self._hub_ways[j]
+            ways = self._hub_ways(j)
             if len(ways) == 1 and ways[0] < 0:
                 # the last vertex before it is reached off the hubs, nearer than it, and so is
                 # every vertex of every shortest route to that one
