@@ -159,6 +159,43 @@ def test_regularisation_scales_with_the_batch_like_the_backward():
     assert step(4, regs) - step(4, []) == pytest.approx((0.01 + t(4 * G_PARAMS) + 0.002) / 2, rel=1e-9)
 
 
+@pytest.mark.parametrize("sync", ["per_phase_flat", "per_variable", "ddp_buckets"])
+def test_rounds_synced_each_time_cost_one_all_reduce_per_round_and_no_more_compute(sync):
+    """A batch of 8 in rounds of 2: the compute is the same, split in four; synced after every
+    round (StyleGAN2's TF optimizer) each network step all-reduces four times, synced once
+    (DDP's no_sync) as often as without rounds. Expected figures from the model's own time."""
+    topology, gpus, k = "paper-gtx1080ti-pcie", 2, 3
+    work = workload(d_vars=k, g_vars=k)
+    options = {"gradient_sync": sync} if sync != "ddp_buckets" else {"overlap": True}
+    plain = run(topology, gpus, "ring", work, **options)
+    spans: dict[str, list] = {"once": [], "each": []}
+    once = run(topology, gpus, "ring", work, round_batch=2, on_timeline=lambda t: spans["once"].extend(t.spans),
+               **options)
+    each = run(topology, gpus, "ring", work, round_batch=2, sync_each_round=True,
+               on_timeline=lambda t: spans["each"].extend(t.spans), **options)
+    collectives = {"per_phase_flat": 2, "per_variable": 2 * k}.get(sync, len(spans["once"]))
+    assert len(spans["once"]) == collectives and len(spans["each"]) == 4 * collectives
+    assert sorted(s.nbytes for s in spans["each"]) == sorted(s.nbytes for s in spans["once"] for _ in range(4))
+    one = run(topology, 1, "ring", work, **options)
+    assert run(topology, 1, "ring", work, round_batch=2, sync_each_round=True, **options).step_time_s == \
+        pytest.approx(one.step_time_s, rel=1e-12)  # one rank: the rounds only split the compute
+    if sync != "ddp_buckets":  # (DDP's buckets overlap each round's backward: not a plain sum)
+        assert once.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+        t = allreduce_seconds(topology, gpus, "ring")
+        per_network = {n: (k * t(4 * n / k) if sync == "per_variable" else t(4 * n)) for n in (D_PARAMS, G_PARAMS)}
+        assert each.step_time_s - once.step_time_s == pytest.approx(3 * sum(per_network.values()), rel=1e-9)
+        assert each.algbw_GBps * each.allreduce_time_s == pytest.approx(4 * once.algbw_GBps * once.allreduce_time_s,
+                                                                        rel=1e-9)
+    assert each.step_time_s > once.step_time_s
+
+
+def test_rounds_of_a_batch_are_whole_rounds_then_what_is_left():
+    s = Scenario.model_validate({"name": "t", "topology": "paper-gtx1080ti-pcie", "workload": workload(),
+                                 "gpus": [1], "options": {"round_batch": 3}})
+    assert s.options.round_shares(8) == pytest.approx([3 / 8, 3 / 8, 2 / 8])
+    assert s.options.round_shares(3) == [1.0] and s.options.round_shares(2) == [1.0]
+
+
 BOX = "paper-gtx1080ti-pcie"
 
 
@@ -192,6 +229,11 @@ def test_variables_and_a_variable_count_together_are_one_line(capsys, write_yaml
     work["networks"]["generator"]["variables"] = [G_PARAMS]
     line = run_bad(capsys, ["simulate", scenario_file(write_yaml, work)])
     assert "workload.networks.generator" in line and "not both" in line
+
+
+def test_sync_each_round_without_rounds_is_one_line(capsys, write_yaml):
+    line = run_bad(capsys, ["simulate", scenario_file(write_yaml, workload(), sync_each_round=True)])
+    assert "s.yaml" in line and "options" in line and "round_batch" in line
 
 
 def test_steps_must_be_whole_regularisation_periods(capsys, write_yaml):

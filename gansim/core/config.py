@@ -398,6 +398,14 @@ class TrainingOptions(Strict):
     gradient_dtype: GradientDtype = "fp32"
     host_overhead_per_replica_s: Seconds = 0.0
     chunks: int = Field(default=1, ge=1, le=4096)
+    # Gradient accumulation: a rank's batch is run in rounds of at most this many samples
+    # (NVlabs/stylegan2's minibatch_gpu; left out, one round), each round's gradients added to
+    # the last; the optimizer updates once, after the last round. With sync_each_round the
+    # gradients are all-reduced after every round (stylegan2's TF optimizer sums across GPUs
+    # before it accumulates; PyTorch DDP outside no_sync), else once, after the last
+    # (DDP's no_sync on the others, stylegan2-ada's PyTorch loop)
+    round_batch: Count | None = None
+    sync_each_round: bool = False
     # FLOP-costed workloads only: achieved fraction of the device's peak, and the fixed cost
     # of each kernel launch (what dominates small layers on a GPU)
     compute_efficiency: Fraction = 0.35
@@ -430,7 +438,22 @@ class TrainingOptions(Strict):
         if self.overlap and self.gradient_sync not in (None, "ddp_buckets"):
             raise ValueError(f"overlap: true is gradient_sync: ddp_buckets; it cannot go with "
                              f"gradient_sync: {self.gradient_sync}")
+        if self.sync_each_round and self.round_batch is None:
+            raise ValueError("sync_each_round: true needs round_batch (the samples a rank runs in one round)")
         return self
+
+    def round_shares(self, batch: float) -> list[float]:
+        """The share of a rank's `batch` samples each round runs: rounds of round_batch, the
+        last one what is left (one round without round_batch, or with a batch no larger)."""
+        if self.round_batch is None or batch <= self.round_batch:
+            return [1.0]
+        whole, left = divmod(batch, self.round_batch)
+        rounds = [self.round_batch / batch] * int(whole) + ([left / batch] if left > 1e-9 * batch else [])
+        return rounds
+
+    def syncs_per_step(self, batch: float) -> int:
+        """How many times a network step all-reduces its gradients at `batch` samples a rank."""
+        return len(self.round_shares(batch)) if self.sync_each_round else 1
 
     def sync(self) -> str:
         """The gradient_sync in effect (see gradient_sync)."""

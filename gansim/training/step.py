@@ -169,25 +169,29 @@ class StepBuilder:
 
     def network_step(self, after: np.ndarray, net: str, forward: float | None, backward: float, optimizer: float,
                      tensors: tuple[int, ...], bytes_per_param: float, recompute: float = 0.0,
-                     buffers: tuple[tuple[str, float], ...] = ()) -> np.ndarray:
+                     buffers: tuple[tuple[str, float], ...] = (), rounds: tuple[float, ...] = (1.0,)) -> np.ndarray:
         """One network's forward (none for a regularisation phase, whose `backward` is all its
         compute), backward with its gradient all-reduce (as options.gradient_sync issues it,
         GRADIENT_SYNCS) and optimizer; `buffers` (network, bytes) are broadcast from rank 0
-        first (DDP's broadcast_buffers)."""
+        first (DDP's broadcast_buffers). With gradient accumulation, forward and backward run
+        once per round, each its share (`rounds`) of the seconds, and the gradients are
+        all-reduced after the last round, or after each with options.sync_each_round."""
         opts = self.point.options
         if opts.broadcast_buffers and self.cluster.ranks > 1:
             for owner, nbytes in buffers:
                 if nbytes > 0:
                     after = self.comm.broadcast(after, nbytes, f"{owner} buffers broadcast")
-        done_forward = after if forward is None else self.compute(after, forward, f"{net} forward")
-        if recompute > 0:  # activation checkpointing: the forward again, inside backward
-            done_forward = self.compute(done_forward, recompute, f"{net} recompute")
         grad_bytes = [t * bytes_per_param for t in tensors]
-        if self.cluster.ranks == 1:
-            ready = self.compute(done_forward, backward, f"{net} backward")
-        else:
-            ready = GRADIENT_SYNCS.get(opts.sync(), field="options.gradient_sync")(
-                self, done_forward, net, backward, grad_bytes)
+        ready = after
+        for k, share in enumerate(rounds):
+            done_forward = ready if forward is None else self.compute(ready, forward * share, f"{net} forward")
+            if recompute > 0:  # activation checkpointing: the forward again, inside backward
+                done_forward = self.compute(done_forward, recompute * share, f"{net} recompute")
+            if self.cluster.ranks == 1 or not (opts.sync_each_round or k == len(rounds) - 1):
+                ready = self.compute(done_forward, backward * share, f"{net} backward")
+            else:
+                ready = GRADIENT_SYNCS.get(opts.sync(), field="options.gradient_sync")(
+                    self, done_forward, net, backward * share, grad_bytes)
         return self.compute(ready, optimizer, f"{net} optimizer")
 
     def gan_step(self, after: np.ndarray, workload: GanWorkload, phases: StepPhases, step: int = 0) -> np.ndarray:
@@ -215,13 +219,15 @@ class StepBuilder:
         # DDP broadcasts a network's buffers once per step (see TrainingOptions.broadcast_buffers):
         # G's at the D step, where its forward makes the fakes, D's at its first D step
         once = (("G", float(workload.g_buffer_bytes)), ("D", float(workload.d_buffer_bytes)))
+        rounds = tuple(opts.round_shares(phases.batch))
         for k in range(workload.d_steps_per_g_step):
             after = self.network_step(after, "D", phases.d_forward_s, phases.d_backward_s, phases.d_optimizer_s,
-                                      workload.d_param_tensors, bytes_per_param, d_again, once if k == 0 else ())
-        after = self.regularization_steps(after, "D", step, workload, phases, bytes_per_param)
+                                      workload.d_param_tensors, bytes_per_param, d_again, once if k == 0 else (),
+                                      rounds)
+        after = self.regularization_steps(after, "D", step, workload, phases, bytes_per_param, rounds)
         after = self.network_step(after, "G", phases.g_forward_s, phases.g_backward_s, phases.g_optimizer_s,
-                                  workload.g_param_tensors, bytes_per_param, g_again)
-        return self.regularization_steps(after, "G", step, workload, phases, bytes_per_param)
+                                  workload.g_param_tensors, bytes_per_param, g_again, rounds=rounds)
+        return self.regularization_steps(after, "G", step, workload, phases, bytes_per_param, rounds)
 
     def input_phase(self, after: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """Each rank's loader thread assembling its batch, after its `after` task."""
@@ -243,26 +249,29 @@ class StepBuilder:
         return prep
 
     def regularization_steps(self, after: np.ndarray, net: str, step: int, workload: GanWorkload,
-                             phases: StepPhases, bytes_per_param: float) -> np.ndarray:
+                             phases: StepPhases, bytes_per_param: float,
+                             rounds: tuple[float, ...] = (1.0,)) -> np.ndarray:
         """Network `net`'s lazy regularisation phases due at `step`: each its compute, the
         all-reduce of all the network's gradients and its optimizer update (the TF code's
-        RegD/RegG optimizers share TrainD/TrainG's Adam state and apply it again)."""
+        RegD/RegG optimizers share TrainD/TrainG's Adam state and apply it again), in the
+        step's rounds (the TF loop runs the regularisation op once per round)."""
         tensors = workload.d_param_tensors if net == "D" else workload.g_param_tensors
         optimizer = phases.d_optimizer_s if net == "D" else phases.g_optimizer_s
         for reg in phases.regularization:
             if reg.network == net and reg.runs_at(step):
                 after = self.network_step(after, f"{net} {reg.name}", None, reg.compute_s, optimizer, tensors,
-                                          bytes_per_param)
+                                          bytes_per_param, rounds=rounds)
         return after
 
 
-def gradient_params_per_step(workload: GanWorkload, phases: StepPhases) -> float:
+def gradient_params_per_step(workload: GanWorkload, phases: StepPhases, options: TrainingOptions) -> float:
     """Gradient elements all-reduced per minibatch, averaged over a regularisation period:
-    every D step's and the G step's, and each regularisation phase's network's 1/every."""
+    every D step's and the G step's, and each regularisation phase's network's 1/every, as
+    many times as a network step all-reduces them (options.syncs_per_step)."""
     params = float(workload.d_params * workload.d_steps_per_g_step + workload.g_params)
     for reg in phases.regularization:
         params += (workload.d_params if reg.network == "D" else workload.g_params) / reg.every
-    return params
+    return params * options.syncs_per_step(phases.batch)
 
 
 # How a network's gradients are all-reduced: each takes the builder, the task after which
@@ -420,7 +429,8 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
             step_ends.append(after)
     else:
         assert phases is not None
-        grad_bytes = wire_bytes_per_param(workload, point.options) * gradient_params_per_step(workload, phases)
+        grad_bytes = wire_bytes_per_param(workload, point.options) * gradient_params_per_step(workload, phases,
+                                                                                              point.options)
         for step in range(point.steps):
             after = builder.gan_step(after, workload, phases, step)
             step_ends.append(after)
