@@ -777,38 +777,47 @@ class _Walk:
         return [local, *through]
 
     def _path(self, v: int, dv: float) -> list[int]:
+        """The route to v (at distance dv): walked back by the rule itself while several ways
+        give a vertex's distance, then the one way that does."""
+        behind: list[int] = []  # the vertices walked back over, last first
+        found = self._one_way(v, dv)
+        while found is None:
+            behind.append(v)
+            v = self._pred(v, dv, self.hub.into[v])
+            dv = self.distance(v)
+            found = self._one_way(v, dv)
+        return found + behind[::-1]
+
+    def _one_way(self, v: int, dv: float) -> list[int] | None:
+        """The route to v where one way alone gives its distance (None where several do)."""
         found = self._paths.get(v)
         if found is not None:
             return found
         hub = self.hub
         j = hub.index.get(v)
-        if j is not None:  # a hub: reached off the hubs, or from another
-            ways = self._hub_ways(j)
-            if len(ways) == 1 and ways[0] < 0:
-                # the last vertex before it is reached off the hubs, nearer than it, and so is
-                # every vertex of every shortest route to that one
-                self.local.settle(within=dv)
-                # (out of the few vertices settled, not into the hub: a switch of 100,000 ports)
-                edges = [(u, weight) for u in self.local.settled for w, weight in self.graph.out[u] if w == v]
-                before = self._pred(v, dv, edges)
-                found = path_to(self.local.pred, self.start, before) + [v]
-            elif len(ways) == 1:
-                i = ways[0]
-                before = hub.last_before[i][j]
-                found = self._path(hub.hubs[i], self.at_hub[i]) + path_to(hub.from_hub[i][1], hub.hubs[i], before)[1:] + [v]
-        else:
-            ways = self._ways(v)
-            winners = [k for k, d in enumerate(ways) if d == dv]
+        if j is None:
+            winners = [k for k, d in enumerate(self._ways(v)) if d == dv]
             if winners == [0]:
-                found = path_to(self.local.pred, self.start, v)
-            elif len(winners) == 1:
+                return path_to(self.local.pred, self.start, v)
+            if len(winners) == 1:
                 i = winners[0] - 1
-                found = self._path(hub.hubs[i], self.at_hub[i]) + path_to(hub.from_hub[i][1], hub.hubs[i], v)[1:]
-        if found is None:  # routes of equal length several ways: the rule itself
-            before = self._pred(v, dv, hub.into[v])
-            found = self._path(before, self.distance(before)) + [v]
-        if j is not None:
-            self._paths[v] = found
+                return self._path(hub.hubs[i], self.at_hub[i]) + path_to(hub.from_hub[i][1], hub.hubs[i], v)[1:]
+            return None
+        ways = self._hub_ways(j)  # a hub: reached off the hubs, or from another
+        if len(ways) != 1:
+            return None
+        if ways[0] < 0:
+            # the last vertex before it is reached off the hubs, nearer than it, and so is
+            # every vertex of every shortest route to that one
+            self.local.settle(within=dv)
+            # (out of the few vertices settled, not into the hub: a switch of 100,000 ports)
+            edges = [(u, weight) for u in self.local.settled for w, weight in self.graph.out[u] if w == v]
+            found = path_to(self.local.pred, self.start, self._pred(v, dv, edges)) + [v]
+        else:
+            i = ways[0]
+            found = (self._path(hub.hubs[i], self.at_hub[i])
+                     + path_to(hub.from_hub[i][1], hub.hubs[i], hub.last_before[i][j])[1:] + [v])
+        self._paths[v] = found
         return found
 
     def _pred(self, v: int, dv: float, edges: list[tuple[int, float]]) -> int:
