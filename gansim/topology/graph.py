@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -648,14 +648,7 @@ class _HubRouting:
             for i, (dist, _) in enumerate(from_hub):
                 if i == j:
                     continue
-                # the rule (_Walk._pred) among the vertices before h: nearest to hub i, then highest
-                best, best_d, best_u = np.inf, np.inf, -1
-                for u, weight in backwards.out[h]:
-                    du = dist.get(u)
-                    if du is None:
-                        continue
-                    if du + weight < best or (du + weight == best and (du < best_d or (du == best_d and u > best_u))):
-                        best, best_d, best_u = du + weight, du, u
+                best, best_u = _last_before((u, dist[u], weight) for u, weight in backwards.out[h] if u in dist)
                 if best_u >= 0:
                     between[i, j] = best
                     last_before[i][j] = best_u
@@ -821,14 +814,21 @@ class _Walk:
         return found
 
     def _pred(self, v: int, dv: float, edges: list[tuple[int, float]]) -> int:
-        """Of the vertices with an edge to v that reach v at its distance dv, the nearest,
-        then the highest."""
-        best, best_d = -1, np.inf
-        for u, weight in edges:
-            du = self.distance(u)
-            if du + weight == dv and (du < best_d or (du == best_d and u > best)):
-                best, best_d = u, du
-        return best
+        """Of the vertices with an edge to v that reach v at its distance dv, the rule's."""
+        through, before = _last_before((u, self.distance(u), weight) for u, weight in edges)
+        return before if through == dv else -1
+
+
+def _last_before(reaching: Iterable[tuple[int, float, float]]) -> tuple[float, int]:
+    """Of the vertices (each with its distance and its edge's weight) with an edge to one
+    vertex, the distance through the best and which is best: the shortest way, then the
+    nearest vertex, then the highest, as a search that settles vertices of equal distance
+    highest first keeps them (-1: none)."""
+    best, best_d, best_u = np.inf, np.inf, -1
+    for u, du, weight in reaching:
+        if du + weight < best or (du + weight == best and (du < best_d or (du == best_d and u > best_u))):
+            best, best_d, best_u = du + weight, du, u
+    return best, best_u
 
 
 def _route_weight(latency_us: np.ndarray) -> np.ndarray:
