@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import sys
 
 # mallopt parameters (glibc malloc.h)
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
@@ -43,12 +45,19 @@ def thp_compacts_on_fault(setting: str) -> bool:
 
 
 def _numpy_huge_pages_off() -> None:
+    """Where faults compact memory, numpy is told not to ask for huge pages: through its
+    NUMPY_MADVISE_HUGEPAGE, read when it is imported (so a command that never needs numpy
+    does not import it here, and the workers it starts inherit it), unless the user set it;
+    numpy imported already is told directly."""
     try:
         with open(THP_DEFRAG) as f:
             setting = f.read()
     except OSError:
         return
-    if thp_compacts_on_fault(setting):
+    if not thp_compacts_on_fault(setting) or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+    if "numpy" in sys.modules:
         try:
             from numpy._core import multiarray  # numpy 2
         except ImportError:
