@@ -351,10 +351,11 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
         raise RuntimeError("chunked ring play stopped before every chunk finished")  # a bug, not bad input
     last_ends = end_of[p:].reshape(C, p)
     exits = np.full(p, -np.inf)
+    # what each rank reduces after the last step, when it is a reduce step
+    red = amounts.at(np.full(p, steps - 1), left_of) * gamma if gamma > 0 and reduce[-1] else None
     for c in range(C):  # every rank's last step of every chunk done: what the chunks-joined task waits for
         t = np.maximum(last_ends[c, left_of], last_ends[c])
-        if gamma > 0 and reduce[-1]:
-            red = amounts.at(np.full(p, steps - 1), left_of) * gamma
+        if red is not None:
             t = np.where(red > 0, t + red, t)
         exits = np.maximum(exits, t)
     return exits, first, last_ends.max(axis=0)

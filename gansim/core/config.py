@@ -448,8 +448,7 @@ class TrainingOptions(Strict):
         if self.round_batch is None or batch <= self.round_batch:
             return [1.0]
         whole, left = divmod(batch, self.round_batch)
-        rounds = [self.round_batch / batch] * int(whole) + ([left / batch] if left > 1e-9 * batch else [])
-        return rounds
+        return [self.round_batch / batch] * int(whole) + ([left / batch] if left > 1e-9 * batch else [])
 
     def syncs_per_step(self, batch: float) -> int:
         """How many times a network step all-reduces its gradients at `batch` samples a rank."""
