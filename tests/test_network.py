@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
+from gansim.core.arrays import ragged
 from gansim.network.flows import FlowNetwork, max_min_rates
 
 GB = 1e9
@@ -170,3 +171,8 @@ def test_max_min_rates_match_progressive_filling(shared):
     pair_flow = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
     pair_res = np.concatenate([np.array(r) for r in routes])
     assert max_min_rates(pair_flow, pair_res, len(routes), capacity).tolist() == _progressive_filling(routes, capacity)
+
+
+def test_ragged_ranges_are_each_rows_positions_end_to_end():
+    at, owner = ragged(np.array([5, 0, 9]), np.array([2, 0, 3]))
+    assert at.tolist() == [5, 6, 9, 10, 11] and owner.tolist() == [0, 0, 2, 2, 2]

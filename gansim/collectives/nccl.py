@@ -49,6 +49,7 @@ from gansim.collectives.nccl_tuning import (
     tree_correction,
     tune,
 )
+from gansim.core.arrays import ragged
 from gansim.network.cluster import Cluster
 from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
 
@@ -279,12 +280,6 @@ def _each_hop_loads(cluster: Cluster, machine: NcclMachine, wire: float,
     return lengths, np.asarray(resources, dtype=np.int64), np.asarray(weights, dtype=float)
 
 
-def _ragged(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every position from starts[i] to starts[i] + counts[i], and which i it is for."""
-    owner = np.repeat(np.arange(counts.size), counts)
-    return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts), owner
-
-
 def _copied_hop_loads(cluster: Cluster, machine: NcclMachine, wire: float, src: np.ndarray, dst: np.ndarray,
                       which: np.ndarray, nics_by_choice: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """_each_hop_loads of the hops (src[i], dst[i], nics_by_choice[which[i]]), the same figures
@@ -346,7 +341,7 @@ def _copied_hop_loads(cluster: Cluster, machine: NcclMachine, wire: float, src: 
             slow[one] = False
             c_res_a, c_w_a = np.array(c_res, dtype=np.int64), np.array(c_w, dtype=float)
             c_start = np.cumsum(c_len_a) - c_len_a
-            at, owner = _ragged(c_start[canon], c_len_a[canon])
+            at, owner = ragged(c_start[canon], c_len_a[canon])
             res = c_res_a[at]
             machine_of = ma[one][owner]
             is_link = res < links
@@ -373,7 +368,7 @@ def _copied_hop_loads(cluster: Cluster, machine: NcclMachine, wire: float, src: 
             for (lo, length, flat), hops in (((first[0][ok], first[1][ok], first[2]), across),
                                              ((np.cumsum(m_len) - m_len, m_len, m_links), across),
                                              ((last[0][ok], last[1][ok], last[2]), across)):
-                at, owner = _ragged(lo, length)
+                at, owner = ragged(lo, length)
                 res = flat[at]
                 pieces.append((hops[owner], res, (1.0 * wire * 1.0) / efficiency[res]))
     rest = np.flatnonzero(slow)
@@ -408,7 +403,7 @@ def _routes_between(topo, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.
         count[searched] = [r.links.size for r in routes]
         flat = np.concatenate(links)
     start = np.cumsum(count) - count
-    at, owner = _ragged(start[inverse], count[inverse])
+    at, owner = ragged(start[inverse], count[inverse])
     return count[inverse], flat[at]
 
 
@@ -439,7 +434,7 @@ def _moved_routes(topo, copies, a: np.ndarray, b: np.ndarray, machine: np.ndarra
     home = machine == copies.template
     ok = home | sure[canon]
     length = np.where(ok, c_len[canon], 0)
-    at, owner = _ragged(c_start[canon], length)
+    at, owner = ragged(c_start[canon], length)
     links = c_links[at] + copies.link_shift[machine[owner]]
     start = np.cumsum(length) - length
     return np.where(ok, start, -1), length, links

@@ -14,6 +14,8 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from gansim.core.arrays import ragged
+
 # Flows whose finishing times agree to this relative precision end in the same event;
 # floating-point noise must not split a symmetric step into a thousand events.
 SAME_TIME_RTOL = 1e-9
@@ -163,10 +165,8 @@ class FlowNetwork:
         `routes` crosses every resource paired with i."""
         self._sync_routes()
         starts = self._route_ptr[routes]
-        lengths = self._route_ptr[routes + 1] - starts
-        pair_flow = np.repeat(np.arange(routes.size), lengths)
-        offsets = np.arange(pair_flow.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        return pair_flow, self._route_flat[np.repeat(starts, lengths) + offsets]
+        at, pair_flow = ragged(starts, self._route_ptr[routes + 1] - starts)
+        return pair_flow, self._route_flat[at]
 
     def route_pairs_on(self, routes: np.ndarray, wanted: np.ndarray,
                        rows_per_batch: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
@@ -181,10 +181,8 @@ class FlowNetwork:
             inverse = inverse.ravel()
             of_route, resources = self.route_pairs_on(found, wanted, rows_per_batch)
             counts = np.bincount(of_route, minlength=found.size)
-            per_flow = counts[inverse]
-            at = np.repeat((np.cumsum(counts) - counts)[inverse] - (np.cumsum(per_flow) - per_flow), per_flow) \
-                + np.arange(int(per_flow.sum()))
-            return np.repeat(np.arange(routes.size), per_flow), resources[at]
+            at, of_flow = ragged((np.cumsum(counts) - counts)[inverse], counts[inverse])
+            return of_flow, resources[at]
         lengths = self._route_ptr[routes + 1] - self._route_ptr[routes]
         ends = np.cumsum(lengths)
         flow_parts, res_parts = [], []

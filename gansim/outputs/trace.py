@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gansim.core.arrays import ragged
 from gansim.network.engine import (
     COMPUTE,
     DATA,
@@ -423,16 +424,10 @@ def _shared_unions(r_of: np.ndarray, res: np.ndarray, routes: int, by_route: np.
     link_sets = set_of[taken]
     lengths = np.array([p[0].size if p else 0 for p in pieces], dtype=np.int64)
     flat = [np.concatenate([p[i] for p in pieces if p]) if done.any() else np.zeros(0) for i in range(4)]
-    at, which = _ragged((np.cumsum(lengths) - lengths)[link_sets], lengths[link_sets])
+    at, which = ragged((np.cumsum(lengths) - lengths)[link_sets], lengths[link_sets])
     figures = (np.repeat(link_ids[taken], lengths[link_sets]), flat[0][at], flat[1][at],
                flat[2][at].astype(np.int64), flat[3][at])
     return figures, ~taken[link_of]
-
-
-def _ragged(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every position from starts[i] to starts[i] + counts[i], and which i it is for."""
-    owner = np.repeat(np.arange(counts.size), counts)
-    return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts), owner
 
 
 # ----------------------------------------------------------------------------- outputs

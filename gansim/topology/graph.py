@@ -11,6 +11,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 
 from gansim.core import limits
+from gansim.core.arrays import ragged
 from gansim.core.config import LinkSpec, NodeSpec, TopologyFile, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
@@ -714,9 +715,7 @@ class _Edges:
     def expand(start: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every position from start[v] to start[v + 1] for each of `vertices`, and which of
         them it is for."""
-        lo, count = start[vertices], start[vertices + 1] - start[vertices]
-        owner = np.repeat(np.arange(vertices.size), count)
-        return np.arange(count.sum()) + np.repeat(lo - (np.cumsum(count) - count), count), owner
+        return ragged(start[vertices], start[vertices + 1] - start[vertices])
 
 
 class _Walk:
