@@ -421,13 +421,7 @@ def _moved_routes(topo, copies, a: np.ndarray, b: np.ndarray, machine: np.ndarra
     """Routes between nodes a[i] and b[i] of machine[i] (a copy), each the first machine's
     between the nodes at the same places, moved: (where each starts in the links, its
     count of links; start -1 where the moved route may differ), the links."""
-    base = copies.start[copies.template]
-    offset = copies.start[machine] - base
-    ids = list(topo.nodes)
-    keys, canon = np.unique(np.stack([a - offset, b - offset], axis=1), axis=0, return_inverse=True)
-    canon = canon.ravel()
-    routes = topo.routes([(ids[u], ids[v]) for u, v in keys.tolist()])
-    sure = np.array([copies.carries(topo, r.links) for r in routes], dtype=bool)
+    routes, sure, canon = copies.template_routes(topo, a, b, machine)
     c_len = np.array([r.links.size for r in routes], dtype=np.int64)
     c_links = np.concatenate([r.links for r in routes]) if routes else np.zeros(0, dtype=np.int64)
     c_start = np.cumsum(c_len) - c_len

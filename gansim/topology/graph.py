@@ -349,29 +349,23 @@ class Topology:
         sure to be the same (MachineCopies.carries). Returns the pairs left to search."""
         copies = self.machine_copies
         assert copies is not None
-        position, ids = self.node_index, list(self.nodes)
+        position = self.node_index
         src = np.array([position[s] for s, _ in missing], dtype=np.int64)
         dst = np.array([position[d] for _, d in missing], dtype=np.int64)
         machine = copies.node_machine[src]
         copied = (machine == copies.node_machine[dst]) & copies.is_copy[machine] & (machine != copies.template)
         if not copied.any():
             return missing
-        base = copies.start[copies.template]
-        offset = copies.start[machine] - base
         chosen = np.flatnonzero(copied)
-        canonical = [(ids[s], ids[d]) for s, d in zip((src - offset)[chosen].tolist(), (dst - offset)[chosen].tolist())]
         try:
-            found = self.routes(canonical)
+            found, sure, which = copies.template_routes(self, src[chosen], dst[chosen], machine[chosen])
         except UserInputError:  # searched as they are, for the error to name them
             return missing
-        sure: dict[tuple[str, str], bool] = {}
         left = [missing[i] for i in np.flatnonzero(~copied).tolist()]
         shift = copies.link_shift[machine[chosen]].tolist()
-        for i, pair, route, moved in zip(chosen.tolist(), canonical, found, shift):
-            ok = sure.get(pair)
-            if ok is None:
-                ok = sure[pair] = copies.carries(self, route.links)
-            if ok:
+        for i, k, moved in zip(chosen.tolist(), which.tolist(), shift):
+            if sure[k]:
+                route = found[k]
                 self._routes[missing[i]] = Route(route.links + moved, route.latency_s, route.bottleneck_Bps)
             else:
                 left.append(missing[i])
@@ -540,6 +534,18 @@ class MachineCopies:
     def carries(self, topo: "Topology", links: np.ndarray) -> bool:
         """Whether a route of the template is the same in every copy (see the class)."""
         return bool(self.inside[links].all()) and float(topo._weights[links].sum()) * (1.0 + 1e-12) < self.bound
+
+    def template_routes(self, topo: "Topology", a: np.ndarray, b: np.ndarray,
+                        machine: np.ndarray) -> tuple[list[Route], np.ndarray, np.ndarray]:
+        """For nodes a[i] and b[i] (indices) of the copy machine[i]: the template's routes
+        between the nodes at the same places (each distinct pair once), whether each is sure to
+        be every copy's (`carries`), and which of them each pair's is. Its links are moved onto
+        copy m's by link_shift[m]."""
+        offset = self.start[machine] - self.start[self.template]
+        keys, which = np.unique(np.stack([a - offset, b - offset], axis=1), axis=0, return_inverse=True)
+        ids = list(topo.nodes)
+        routes = topo.routes([(ids[u], ids[v]) for u, v in keys.tolist()])
+        return routes, np.array([self.carries(topo, r.links) for r in routes], dtype=bool), which.ravel()
 
     @classmethod
     def find(cls, topo: "Topology") -> "MachineCopies | None":
