@@ -221,9 +221,8 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         factor = sharing_factor(profile, w) if target is None else 1.0
         step_phases = phases_at_batch(profile, phases, batches[w]).slowed(factor)
         machine = unshared
-        if given_topology is None and timings is None and oversubscription(profile.provenance.cores, w) > 1:
-            # the calibrated host whose ranks outnumber its cores: its messages slowed as its compute
-            machine = without_core_pools(profile_topology(profile, max(sizes), w))
+        if given_topology is None and timings is None:
+            machine = oversubscribed_host(profile, max(sizes), w) or unshared
         records[w] = simulate_profile_point(profile, machine, w, algorithm, options, workload, step_phases)
     t1 = records[1].step_time_s
     predictions = []
@@ -275,6 +274,15 @@ def predicted_steps(ranks: int) -> int:
     """Steps simulated when ranks vary: enough that every compute phase is drawn
     PREDICTED_DRAWS times over all ranks (the mean over them settles), at least MIN_STEPS."""
     return max(MIN_PREDICTED_STEPS, min(PREDICTED_STEPS, math.ceil(PREDICTED_DRAWS / ranks)))
+
+
+def oversubscribed_host(profile: Profile, ranks: int, world_size: int) -> Topology | None:
+    """The calibrated host (`ranks` ranks, no core pools) for a run of `world_size` ranks that
+    outnumber its cores: its messages slowed as its compute (profile_topology); None where
+    they do not outnumber them."""
+    if oversubscription(profile.provenance.cores, world_size) == 1:
+        return None
+    return without_core_pools(profile_topology(profile, ranks, world_size))
 
 
 def without_core_pools(topo: Topology) -> Topology:

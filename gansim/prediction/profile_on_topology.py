@@ -15,7 +15,7 @@ from gansim.core.config import ProfiledWorkloadSpec, Scenario, StepPhaseFigures,
 from gansim.core.errors import UserInputError
 from gansim.prediction.calibrated import (
     check_movable,
-    oversubscription,
+    oversubscribed_host,
     profile_options,
     profile_topology,
     profile_workload,
@@ -44,8 +44,8 @@ def with_profile(loaded: LoadedScenario, path: Path, topology_names: list[str], 
         ranks = max(scenario.gpus)
         machine = without_core_pools(profile_topology(profile, ranks))
         # runs of more ranks than cores find their messages slowed as their compute (oversubscription)
-        at_ranks = tuple((calibrated, gpus, without_core_pools(profile_topology(profile, ranks, gpus)))
-                         for gpus in sorted(set(scenario.gpus)) if oversubscription(profile.provenance.cores, gpus) > 1)
+        at_ranks = tuple((calibrated, gpus, host) for gpus in sorted(set(scenario.gpus))
+                         if (host := oversubscribed_host(profile, ranks, gpus)) is not None)
         loaded = dataclasses.replace(loaded, machines=((calibrated, machine),), machines_at_ranks=at_ranks)
         sharing = {gpus: sharing_factor(profile, gpus) for gpus in sorted(set(scenario.gpus) | {1})}
     data = scenario.model_dump(exclude_none=False)
