@@ -192,6 +192,65 @@ with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup
 """
 
 
+SCALED_GAN = """
+import sys
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
+D = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+scaler = torch.amp.GradScaler("cpu")
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=2),
+             on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
+    for _ in range(4):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss_d = D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()
+        opt_d.zero_grad()
+        scaler.scale(loss_d).backward()
+        scaler.unscale_(opt_d)
+        torch.nn.utils.clip_grad_norm_(D.parameters(), 1.0)
+        scaler.step(opt_d)
+        scaler.update()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss_g = -D(G(torch.randn(16, 8))).mean()
+        opt_g.zero_grad()
+        scaler.scale(loss_g).backward()
+        scaler.step(opt_g)
+        scaler.update()
+        prof.step()
+"""
+
+
+def test_the_gradients_unscaling_and_clipping_are_the_optimizers_not_the_forwards(tmp_path):
+    """GradScaler's unscale and inf check and clip_grad_norm_ run between the backward and
+    the optimizer step: the backward is still found, and they count as the optimizer's."""
+    path = tmp_path / "scaled.json"
+    subprocess.run([sys.executable, "-c", SCALED_GAN, str(path)], check=True, capture_output=True, timeout=600,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    for lo, hi in trace.step_windows():
+        windows = trace.phase_windows(lo, hi)
+        assert [name for name, _, _ in windows] == ["d_forward_s", "d_backward_s", "d_optimizer_s",
+                                                    "g_forward_s", "g_backward_s", "g_optimizer_s"]
+        for fwd, bwd, opt in zip(*[iter(windows)] * 3):
+            def names(window):
+                return [e["name"] for e in trace.host if _inside(e, window[1], window[2])]
+            autograd = [e for e in trace.host if e["name"].startswith("autograd::engine::evaluate_function")
+                        and fwd[1] <= e["ts"] < opt[2]]
+            # every autograd function of the backward is in it, and it ends where the first
+            # operator after the last one starts
+            assert autograd and all(_inside(e, bwd[1], bwd[2]) for e in autograd)
+            last = max(_end(e) for e in autograd)
+            assert bwd[2] == min(e["ts"] for e in trace.host if e["ts"] >= last and e["ts"] < opt[2])
+            assert not any(n.startswith("autograd::") for n in names(fwd))
+            assert "aten::_amp_foreach_non_finite_check_and_unscale_" in names(opt)
+            assert "aten::_amp_foreach_non_finite_check_and_unscale_" not in names(bwd)
+        # D's clipping (a norm of its gradients) is in D's optimizer phase
+        assert any("norm" in e["name"] for e in trace.host if _inside(e, windows[2][1], windows[2][2]))
+
+
 def test_optimizer_steps_after_compiled_regions_close_the_networks_steps(tmp_path):
     path = tmp_path / "compiled.json"
     subprocess.run([sys.executable, "-c", COMPILED_GAN, str(path)], check=True, capture_output=True, timeout=600,
@@ -237,3 +296,63 @@ def test_a_wait_for_an_all_reduce_inside_a_users_label_is_not_compute():
     labelled = RankTrace("labelled.json", {"distributedInfo": {"rank": 0, "world_size": 2, "backend": "gloo"},
                                            "traceEvents": events + [event("d_backward", 200, 700, "user_annotation")]})
     assert labelled.waiting(200, 900) == pytest.approx(400)
+
+
+MANUAL_SYNC_GAN = """
+import os, sys
+import torch, torch.distributed as dist
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+dist.init_process_group("gloo")
+torch.set_num_threads(1)
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
+D = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+def sync(module):  # StyleGAN2-ADA's training_loop: one all-reduce of the flattened gradients
+    params = [p for p in module.parameters() if p.grad is not None]
+    flat = torch.cat([p.grad.flatten() for p in params])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for p, g in zip(params, flat.split([p.numel() for p in params])):
+        p.grad.copy_(g.view_as(p))
+path = os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json")
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=3), record_shapes=True,
+             on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+    for _ in range(5):
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        sync(D)
+        opt_d.step()
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        sync(G)
+        opt_g.step()
+        prof.step()
+dist.destroy_process_group()
+"""
+
+
+def test_gradients_all_reduced_after_the_backward_are_a_flat_sync(tmp_path):
+    """A script that all-reduces its flattened gradients itself between the backward and the
+    optimizer step (StyleGAN2-ADA's loop, no DDP): the backward is found, each all-reduce is
+    its network's whole gradient, issued in the optimizer's phase, and the profile's mode is
+    flat (nothing overlaps the backward)."""
+    script = tmp_path / "manual_sync.py"
+    script.write_text(MANUAL_SYNC_GAN)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+                    str(tmp_path)], check=True, capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    paths = [str(tmp_path / f"rank{r}.json") for r in range(2)]
+    trace = RankTrace(paths[0], read_trace(paths[0]))
+    for lo, hi in trace.step_windows():
+        windows = trace.phase_windows(lo, hi)
+        reduces = [e for e in trace.on_main if e["name"] == "c10d::allreduce_" and _inside(e, lo, hi)]
+        assert len(reduces) == 2
+        for (fwd, bwd, opt), reduce in zip(zip(*[iter(windows)] * 3), reduces):
+            assert bwd[2] - bwd[1] > 0 and opt[1] <= reduce["ts"] < opt[2]
+    profile = import_traces(paths, overhead_s_per_event=0.0)
+    d_params, g_params = 16 * 32 + 32 + 32 + 1, 8 * 32 + 32 + 32 * 16 + 16
+    assert profile.fit.gradient_buckets.discriminator == [4 * d_params]
+    assert profile.fit.gradient_buckets.generator == [4 * g_params]
+    assert profile.provenance.mode == "flat"
+    assert all(r.phase.endswith("_optimizer_s") for r in profile.measured.collectives["2"])

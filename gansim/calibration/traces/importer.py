@@ -11,8 +11,9 @@ What is read (names as PyTorch 2.x's Kineto exporter writes them):
   ``d_backward``, ... with or without ``_s``), summed per step; without them, the autograd
   regions: each ``Optimizer.step#...`` closes a network step, whose backward is the trailing
   run of ``autograd::engine::evaluate_function`` events (with ``Optimizer.zero_grad``, the
-  gradient seed and DDP's bucket copies) before it and whose forward is the rest since the
-  previous network step; the last network step of
+  gradient seed and DDP's bucket copies) before it, whose optimizer work starts where the
+  backward ends (GradScaler's unscale and a gradient clipping are the optimizer's), and whose
+  forward is the rest since the previous network step; the last network step of
   a ProfilerStep is G's, the ones before it D's;
 - communication: ``c10d::allreduce_`` / ``c10d::broadcast_`` operators (the phase they were
   issued in, their element count from ``Input Dims``, which needs ``record_shapes=True``),
@@ -56,6 +57,7 @@ from gansim.calibration.fit.measurements import fit_from_measurements, phase_mea
 from gansim.calibration.profile.phases import COMPUTE_PHASES, PHASES, STEP, phase_name
 from gansim.calibration.profile.schema import (
     AllreducePoint,
+    CollectiveRecord,
     Measured,
     PhaseCost,
     Profile,
@@ -78,6 +80,8 @@ _COLLECTIVE_OPS = {"c10d::allreduce_": "allreduce", "c10d::broadcast_": "broadca
 # the zero_grad just before it
 _BACKWARD_TAIL = ("autograd::engine::evaluate_function", "Optimizer.zero_grad", "torch.distributed.ddp",
                   "aten::as_strided", "aten::ones_like")
+# what only a backward pass records: the autograd engine's functions and DDP's bucket copies
+_BACKWARD_END = ("autograd::engine::evaluate_function", "torch.distributed.ddp")
 # what a host thread records (GPU work, CUDA runtime calls and flows are read apart)
 _HOST_CATEGORIES = ("cpu_op", "user_annotation")
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -297,6 +301,25 @@ def backward_start(events: list[dict], lo: float, hi: float) -> float:
     return start
 
 
+def backward_end(events: list[dict], lo: float, hi: float) -> float:
+    """Where the backward pass before ``hi`` (an optimizer step) ends: where the first
+    operator after its last autograd function or DDP bucket copy starts, looked for inside
+    whatever encloses them; ``hi`` when nothing runs in between. What runs there prepares the
+    gradients for the update (GradScaler's unscale and inf check, clip_grad_norm_, a manual
+    all-reduce of the gradients) and is the optimizer's work."""
+    inside = [e for e in events if e["ts"] >= lo and _end(e) <= hi + 1e-3]
+    top = _top_level(inside)
+    for k in range(len(top) - 1, -1, -1):
+        e, after = top[k], (top[k + 1]["ts"] if k + 1 < len(top) else hi)
+        if e["name"].startswith(_BACKWARD_END):
+            return after
+        children = _children(inside, e)
+        if any(_is_autograd(c) for c in children):
+            inner = backward_end(children, e["ts"], _end(e))
+            return inner if inner < _end(e) - 1e-3 else after
+    return hi
+
+
 class RankTrace:
     """One rank's steps, phases, collectives and costs from its trace.
 
@@ -399,9 +422,11 @@ class RankTrace:
         regions, start = [], lo
         inside = [e for e in self.host if _inside(e, lo, hi)]
         for net, opt in zip(self._networks(optimizers), optimizers):
-            backward = max(start, backward_start(inside, start, opt["ts"]))
-            regions += [(f"{net}_forward_s", start, backward), (f"{net}_backward_s", backward, opt["ts"]),
-                        (f"{net}_optimizer_s", opt["ts"], _end(opt))]
+            # the gradients' preparation after the backward (unscale, clipping) is the optimizer's
+            end = max(start, backward_end(inside, start, opt["ts"]))
+            backward = max(start, backward_start(inside, start, end))
+            regions += [(f"{net}_forward_s", start, backward), (f"{net}_backward_s", backward, end),
+                        (f"{net}_optimizer_s", end, _end(opt))]
             start = _end(opt)
         return regions
 
@@ -710,12 +735,23 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
         host=str(os.path.basename(first.path)), device=(first.device or "cuda") if first.cuda else "cpu",
         backend=first.backend, torch="", date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=f"trace:{os.path.basename(first.path)}", batch_size=1, cores=max(1, os.cpu_count() or 1),
-        mode="ddp" if fit_buckets else "flat", threads=0, gansim_version=__version__, python=platform.python_version(),
+        mode=_sync_mode(largest.records, fit_buckets), threads=0, gansim_version=__version__, python=platform.python_version(),
         steps=smallest.n_steps, warmup=0, d_steps=max(1, statistics.mode(d_counts)),
         world_sizes=[r.world for r in figures], launcher="trace", source="trace", device_tflops=device_tflops,
         device_memory_bandwidth_GBps=device_memory_bandwidth_GBps)
     return Profile.model_validate({"schema": 1, "provenance": provenance.model_dump(),
                                    "measured": measured.model_dump(), "fit": fit})
+
+
+def _sync_mode(records: Sequence[CollectiveRecord], buckets: Optional[dict]) -> str:
+    """``ddp`` when the gradients' all-reduces start during the backward (DDP's buckets, as
+    their gradients are ready), ``flat`` when they all start after it (a script that
+    all-reduces its gradients itself before the optimizer step, as StyleGAN2-ADA does: nothing
+    overlaps the backward, and no buffers are broadcast)."""
+    if buckets is None:
+        return "flat"
+    overlapped = any(r.op == "allreduce" and r.phase.endswith("_backward_s") for r in records)
+    return "ddp" if overlapped else "flat"
 
 
 def _warn_step_spread(ranks: list[RankTrace], log: Callable[[str], None], tolerance: float = 1.25) -> None:
