@@ -106,7 +106,7 @@ def test_the_profilers_cost_is_measured_on_the_traces_own_layers(monkeypatch):
 
     asked = []
 
-    def measured(record_shapes, with_flops, layers):
+    def measured(record_shapes, with_flops, with_stack, profile_memory, layers):
         asked.append(layers)
         return 1e-6
     monkeypatch.setattr(importer, "measure_profiler_overhead", measured)
@@ -143,8 +143,37 @@ def test_the_probe_trains_every_kind_of_layer_in_a_fresh_process():
 
     layers = (("linear", 8, 16, 4), ("conv", 2, 3, 8, 8, 4, 3, 3), ("conv_transpose", 2, 4, 4, 4, 3, 4, 4),
               ("conv_transpose", 2, 100, 1, 1, 8, 4, 4))  # a DCGAN generator's first layer
-    cost = measure_profiler_overhead(True, False, layers, processes=1, iterations=2)
+    cost = measure_profiler_overhead(True, False, layers=layers, processes=1, iterations=2)
     assert isinstance(cost, float) and 0.0 <= cost < 1e-3  # seconds per event: a crash or garbage fails
+    # with Python's frames and the allocator's events recorded too
+    cost = measure_profiler_overhead(True, False, with_stack=True, profile_memory=True, layers=layers[:1],
+                                     processes=1, iterations=2)
+    assert isinstance(cost, float) and 0.0 <= cost < 1e-3
+
+
+def test_the_probe_profiles_with_the_traces_own_options(monkeypatch, tmp_path):
+    """A trace recorded with_stack has Python's frames as events of the training thread, which
+    cost the thread too: the probe runs with the trace's options, and the frames count."""
+    from gansim.calibration.traces import importer
+
+    asked = []
+
+    def measured(**options):
+        asked.append(options)
+        return 1e-6
+    monkeypatch.setattr(importer, "measure_profiler_overhead", measured)
+    data = read_trace(TRACES[0])
+    first = RankTrace(TRACES[0], data)
+    lo, hi = first.step_windows()[0]
+    ops = [e for e in first.on_main if e["ts"] >= lo and e["ts"] + e["dur"] <= hi]
+    frames = [{**e, "name": f"train.py({k}): frame", "cat": "python_function", "args": {}} for k, e in enumerate(ops)]
+    data["traceEvents"] = data["traceEvents"] + frames
+    data["with_stack"] = 1
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(data))
+    assert RankTrace(str(path), data).events_in(lo, hi) == 2 * first.events_in(lo, hi)
+    import_traces([str(path)])
+    assert asked[0]["with_stack"] is True and asked[0]["profile_memory"] is False
 
 
 def test_without_torch_the_profilers_cost_is_asked_for_in_one_line(monkeypatch, capsys):

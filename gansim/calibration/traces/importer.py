@@ -27,7 +27,9 @@ The profiler's overhead: every recorded event costs the traced program's thread 
 RecordFunction callbacks run on it). Each phase loses (events recorded in it) x (the cost of
 one event), the thread CPU time the profiler adds to training steps of the trace's own layer
 shapes in a fresh process's first profiling session, with the trace's own options
-(``record_shapes``, ``with_flops``; see :mod:`gansim.calibration.traces.profiler_cost`), or
+(``record_shapes``, ``with_flops``, ``with_stack``, ``profile_memory``; see
+:mod:`gansim.calibration.traces.profiler_cost`; with ``with_stack`` Python's frames are events
+of the thread too), or
 given with ``--profiler-overhead-us``. A trace whose
 profiled steps differ by more than that can explain is reported.
 
@@ -330,7 +332,9 @@ class RankTrace:
         self.path = path
         self.phase_map = dict(phase_map or {})
         self.world_size, self.rank, self.backend = _distributed(data, path)
-        self.options = {"record_shapes": bool(data.get("record_shapes")), "with_flops": bool(data.get("with_flops"))}
+        # the profiler's options, which its cost per event depends on (Kineto writes those that were on)
+        self.options = {name: bool(data.get(name)) for name in ("record_shapes", "with_flops", "with_stack",
+                                                                 "profile_memory")}
         events = _complete_events(data)
         steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
         if not steps:

@@ -11,8 +11,10 @@ prints the first-session cost by width on the machine at hand). So a probe of sm
 or one timed over many sessions, misses most of a real trace's cost.
 The probe here trains layers of the trace's own shapes (the matrix products and convolutions
 of its first profiled step, read from record_shapes' Input Dims), with and without the
-profiler, in the first session of a fresh interpreter, a few times; the cost is the median.
-A trace without shapes gets the small default layers, and the log says so.
+profiler, in the first session of a fresh interpreter, a few times, with the trace's own
+profiler options; the cost is the median, per event counted as the importer counts a trace's
+(the training thread's complete events: operators, labels, and Python's frames with
+``with_stack``). A trace without shapes gets the small default layers, and the log says so.
 """
 
 from __future__ import annotations
@@ -67,10 +69,21 @@ def loop(n):
     return time.thread_time() - start
 loop(3)
 plain = min(loop(spec["iterations"]) for _ in range(3))
-with profile(activities=[ProfilerActivity.CPU], record_shapes=spec["record_shapes"],
-             with_flops=spec["with_flops"]) as prof:
+with profile(activities=[ProfilerActivity.CPU], record_shapes=spec["record_shapes"], with_flops=spec["with_flops"],
+             with_stack=spec["with_stack"], profile_memory=spec["profile_memory"]) as prof:
     profiled = loop(spec["iterations"])
-print(json.dumps({"cost_s": (profiled - plain) / max(1, len(prof.events()))}))
+# the events counted as the importer counts a trace's: complete events on the training thread
+# (operators, labels, and Python's frames with with_stack)
+import collections, os, tempfile
+fd, path = tempfile.mkstemp(suffix=".json")
+os.close(fd)
+prof.export_chrome_trace(path)
+with open(path) as f:
+    trace = json.load(f)
+os.unlink(path)
+threads = collections.Counter((e.get("pid"), e.get("tid")) for e in trace["traceEvents"]
+                              if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "python_function"))
+print(json.dumps({"cost_s": (profiled - plain) / max(1, max(threads.values(), default=1))}))
 """
 
 
@@ -119,8 +132,8 @@ def probe_layers(events: Iterable[dict]) -> tuple[tuple[Any, ...], ...]:
     return tuple(sorted(found, key=_size, reverse=True)[:MAX_LAYERS]) or DEFAULT_LAYERS
 
 
-def measure_profiler_overhead(record_shapes: bool, with_flops: bool,
-                              layers: tuple[tuple[Any, ...], ...] = DEFAULT_LAYERS,
+def measure_profiler_overhead(record_shapes: bool, with_flops: bool, with_stack: bool = False,
+                              profile_memory: bool = False, layers: tuple[tuple[Any, ...], ...] = DEFAULT_LAYERS,
                               processes: int = PROCESSES, iterations: int = ITERATIONS) -> float:
     """Seconds of the training thread's CPU time (``time.thread_time``) the CPU profiler adds
     per recorded event to training steps of `layers` (forward, backward, Adam), in the first
@@ -132,7 +145,8 @@ def measure_profiler_overhead(record_shapes: bool, with_flops: bool,
                              "it with --profiler-overhead-us, or install the calibrator's extra (pip install "
                              "torch==2.13.0 'gansim[calibrate]')", field="--profiler-overhead-us")
     spec = json.dumps({"layers": [list(layer) for layer in layers], "record_shapes": record_shapes,
-                       "with_flops": with_flops, "iterations": iterations})
+                       "with_flops": with_flops, "with_stack": with_stack, "profile_memory": profile_memory,
+                       "iterations": iterations})
     costs = []
     for _ in range(processes):
         done = subprocess.run([sys.executable, "-c", PROBE_SCRIPT, spec], capture_output=True, text=True, timeout=600)
