@@ -296,6 +296,11 @@ def test_a_wait_for_an_all_reduce_inside_a_users_label_is_not_compute():
     labelled = RankTrace("labelled.json", {"distributedInfo": {"rank": 0, "world_size": 2, "backend": "gloo"},
                                            "traceEvents": events + [event("d_backward", 200, 700, "user_annotation")]})
     assert labelled.waiting(200, 900) == pytest.approx(400)
+    # with_stack: loss.backward()'s Python frame spans the wait, and the thread still ran nothing
+    framed = RankTrace("framed.json", {"distributedInfo": {"rank": 0, "world_size": 2, "backend": "gloo"},
+                                       "traceEvents": events + [event("torch/_tensor.py(570): backward", 215, 600,
+                                                                      "python_function")]})
+    assert framed.waiting(200, 900) == pytest.approx(400)
 
 
 MANUAL_SYNC_GAN = """

@@ -514,8 +514,10 @@ class RankTrace:
         in_flight = _clip([(e["ts"], _end(e)) for e in self.backend_events], lo, hi)
         # A label reaching the window's edge (the phase's own label, the user's critic_step
         # around it, an Optimizer.step# that is the window) encloses the waits as well as the
-        # work: only what runs inside the window tells the thread was busy.
+        # work: only what runs inside the window tells the thread was busy. So does a Python
+        # frame (with_stack): loss.backward()'s frame spans DDP's wait for its buckets.
         busy = _clip([(e["ts"], _end(e)) for e in self.on_main if _end(e) > lo and e["ts"] < hi
+                      and e.get("cat") != "python_function"
                       and not (e.get("cat") == "user_annotation" and (e["ts"] <= lo or _end(e) >= hi))], lo, hi)
         idle = _union_length(busy + in_flight) - _union_length(busy) if in_flight else 0.0
         return max(0.0, idle) + _union_length(calls)
