@@ -546,7 +546,9 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
         run = runs.setdefault(r.world_size, [])
         if any(o.rank == r.rank for o in run):
             raise UserInputError(f"two traces of rank {r.rank} of world size {r.world_size}; allowed: one file per "
-                                 "rank of each run", source=r.path, field="distributedInfo.rank")
+                                 "rank of each run (a schedule with repeat writes one per profiling cycle: give one "
+                                 "cycle's, as the profiler's cost per event differs from cycle to cycle)",
+                                 source=r.path, field="distributedInfo.rank")
         run.append(r)
     for label in phase_map or {}:
         if not any(label == e["name"] for r in ranks for e in r.user_labels):
