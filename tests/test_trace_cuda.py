@@ -79,3 +79,22 @@ def test_the_v100_trace_imports_with_its_device(tmp_path, capsys):
                                                     rel=1e-9)
     # a device of its own: predict on one GPU of the same kind needs no roofline
     assert main(["predict", "--profile", str(out), "--world-sizes", "1,2", "--json"]) == 0
+
+
+def test_a_gpu_profile_predicts_ranks_on_gpus_of_their_own_whatever_cores_the_importer_had():
+    """Each rank of a GPU profile computes on its own GPU: the cores of the machine that
+    imported the trace (provenance.cores) never slow its ranks, as they do a CPU profile's
+    ranks that outnumber them."""
+    from gansim.prediction.calibrated import predict
+
+    profile = import_traces([A100], overhead_s_per_event=0.0)
+    assert profile.provenance.device != "cpu"
+
+    def steps(p, cores):
+        changed = p.model_copy(update={"provenance": p.provenance.model_copy(update={"cores": cores})})
+        return [x.step_time_s for x in predict(changed, [1, 4], with_bands=False)]
+    one_core, many = steps(profile, 1), steps(profile, 64)
+    assert one_core == many
+    # the same profile taken as a CPU one: four ranks on one core take about four times as long
+    cpu = profile.model_copy(update={"provenance": profile.provenance.model_copy(update={"device": "cpu"})})
+    assert steps(cpu, 1)[1] > 3 * steps(cpu, 64)[1]

@@ -78,7 +78,14 @@ def compute_phases(profile: Profile) -> dict[str, float]:
     return dict(profile.fit.compute)
 
 
-def oversubscription(cores: int, ranks: int) -> int:
+def shared_cores(profile: Profile) -> int | None:
+    """The cores the ranks of a profile's machine compute on together: the host's for CPU
+    ranks; None for ranks on GPUs, each of which computes on a GPU of its own however many
+    cores its host has (the host that imported a GPU trace is not the one that ran it)."""
+    return profile.provenance.cores if profile.provenance.device.lower() == "cpu" else None
+
+
+def oversubscription(cores: int | None, ranks: int) -> int:
     """How many ranks the busiest core carries when `ranks` single-threaded rank processes
     share `cores` cores: ceil(ranks / cores), not ranks / cores. Linux keeps one run queue per
     CPU and places tasks by count, so 3 ranks on 2 cores run as 2 + 1: the two on one core
@@ -88,7 +95,7 @@ def oversubscription(cores: int, ranks: int) -> int:
     at the pace of the busiest core: its ranks' compute, and the messages their threads move,
     take this many times as long. bench/oversubscription.py measures the pace on the machine at
     hand, beside ceil(ranks / cores) and the ranks / cores of processor sharing."""
-    return max(1, math.ceil(ranks / max(1, cores)))
+    return 1 if cores is None else max(1, math.ceil(ranks / max(1, cores)))
 
 
 def sharing_factor(profile: Profile, world_size: int) -> float:
@@ -100,8 +107,8 @@ def sharing_factor(profile: Profile, world_size: int) -> float:
     factors = {int(k): max(1.0, v) for k, v in profile.fit.core_sharing.items()}
     if world_size in factors:
         return factors[world_size]
-    cores = profile.provenance.cores
-    base = max((v for k, v in factors.items() if k <= cores), default=1.0)
+    cores = shared_cores(profile)
+    base = max((v for k, v in factors.items() if cores is None or k <= cores), default=1.0)
     return base * oversubscription(cores, world_size)
 
 
@@ -112,7 +119,7 @@ def profile_topology(profile: Profile, ranks: int, world_size: int | None = None
     run of `world_size` ranks that outnumber the cores, both take as many times as long as
     the busiest core carries ranks (oversubscription): the ranks' own threads move the bytes."""
     fit = profile.fit
-    slower = 1 if world_size is None else oversubscription(profile.provenance.cores, world_size)
+    slower = 1 if world_size is None else oversubscription(shared_cores(profile), world_size)
     # beta below 1e-15 s/B (a petabyte per second) is as good as free: the topology's ceiling
     bandwidth_GBps = min(1.0 / fit.beta_s_per_byte / 1e9 / slower, MAX_BANDWIDTH_GBps) if fit.beta_s_per_byte > 0 \
         else MAX_BANDWIDTH_GBps
@@ -280,7 +287,7 @@ def oversubscribed_host(profile: Profile, ranks: int, world_size: int) -> Topolo
     """The calibrated host (`ranks` ranks, no core pools) for a run of `world_size` ranks that
     outnumber its cores: its messages slowed as its compute (profile_topology); None where
     they do not outnumber them."""
-    if oversubscription(profile.provenance.cores, world_size) == 1:
+    if oversubscription(shared_cores(profile), world_size) == 1:
         return None
     return without_core_pools(profile_topology(profile, ranks, world_size))
 

@@ -680,6 +680,11 @@ class _Run:
                 f"{name} {n / self.n_steps:g} x {seconds / n * 1e3:.2f} ms" for name, (n, seconds) in self.labels.items()))
         log("  phases a step: " + ", ".join(f"{name} {self.means[name] * 1e3:.2f} ms" for name in COMPUTE_PHASES
                                             if self.means.get(name)))
+        idle = self.means.get(UNLABELLED, 0.0)
+        if self.first.cuda and idle > 0.25 * self.means[STEP]:
+            log(f"  the GPU ran nothing of the phases for {idle * 1e3:.2f} ms of the {self.means[STEP] * 1e3:.2f} ms "
+                "step: the host's own time (its launches, Python, the input), counted in data_s, which the GPU "
+                "phases do not overlap")
 
 
 def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float, log: Callable[[str], None],
@@ -739,6 +744,9 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
         device_tflops, device_memory_bandwidth_GBps = sheet.tflops, sheet.memory_bandwidth_GBps
         log(f"device {first.device}: {sheet.model}, {sheet.tflops:g} TFLOP/s FP32, {sheet.memory_bandwidth_GBps:g} "
             "GB/s (datasheet)")
+    if not first.cuda:
+        log(f"the traces' host is taken to have {os.cpu_count() or 1} cores, as this one has (a trace does not "
+            "record its host's cores): predicted ranks beyond them share cores")
     provenance = Provenance(
         host=str(os.path.basename(first.path)), device=(first.device or "cuda") if first.cuda else "cpu",
         backend=first.backend, torch="", date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
