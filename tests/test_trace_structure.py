@@ -361,3 +361,55 @@ def test_gradients_all_reduced_after_the_backward_are_a_flat_sync(tmp_path):
     assert profile.fit.gradient_buckets.generator == [4 * g_params]
     assert profile.provenance.mode == "flat"
     assert all(r.phase.endswith("_optimizer_s") for r in profile.measured.collectives["2"])
+
+
+N_CRITIC_GAN = """
+import sys
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
+D = nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=11),
+             record_shapes=sys.argv[2] == "shapes", on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
+    for i in range(13):  # the usual WGAN loop: a critic step per batch, the generator every 3rd
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        opt_d.step()
+        if i % 3 == 2:
+            opt_g.zero_grad()
+            (-D(G(torch.randn(16, 8))).mean()).backward()
+            opt_g.step()
+        prof.step()
+"""
+
+
+def test_a_generator_step_every_nth_profiled_step_makes_whole_gan_steps(tmp_path):
+    """prof.step() once per critic step, the generator every 3rd (iterations 2, 5, 8, 11;
+    profiled 2-12): the networks are told apart by the parameters their optimizers update,
+    and a training step runs from after one generator step to the end of the next (iterations
+    3-5 and 6-8, 9-11; 2 and 12 belong to steps the profiler did not see whole)."""
+    path = tmp_path / "n_critic.json"
+    subprocess.run([sys.executable, "-c", N_CRITIC_GAN, str(path), "shapes"], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    own = [(s["ts"], _end(s)) for s in trace.steps]
+    assert len(own) == 11
+    windows = trace.step_windows()
+    assert windows == [(own[k][0], own[k + 2][1]) for k in (1, 4, 7)]
+    for lo, hi in windows:
+        names = [name for name, _, _ in trace.phase_windows(lo, hi)]
+        assert names == ["d_forward_s", "d_backward_s", "d_optimizer_s"] * 3 + ["g_forward_s", "g_backward_s",
+                                                                                "g_optimizer_s"]
+    profile = import_traces([str(path)], overhead_s_per_event=0.0)
+    assert profile.provenance.d_steps == 3 and profile.provenance.steps == 3
+    assert profile.measured.step_time_s["1"] == pytest.approx(sum(hi - lo for lo, hi in windows) / 3 * 1e-6, rel=1e-9)
+    # without shapes the networks cannot be told apart: the old rule, and a warning that says so
+    bare = tmp_path / "bare.json"
+    subprocess.run([sys.executable, "-c", N_CRITIC_GAN, str(bare), "none"], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines: list[str] = []
+    import_traces([str(bare)], overhead_s_per_event=0.0, log=lines.append)
+    assert any("cannot tell its networks apart (record_shapes=True" in line for line in lines), lines

@@ -48,6 +48,7 @@ import os
 import platform
 import statistics
 import zlib
+from functools import cached_property
 from typing import Any, Callable, Optional, Sequence
 
 from pydantic import ValidationError
@@ -279,6 +280,17 @@ def _children(events: list[dict], parent: dict) -> list[dict]:
     return [e for e in events if e is not parent and _inside(e, parent["ts"], _end(parent))]
 
 
+def _tensor_shapes(dims: Any, found: set) -> None:
+    """Every tensor shape (a list of at least one int) in an operator's Input Dims, tensor
+    lists included."""
+    if isinstance(dims, list):
+        if dims and all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            found.add(tuple(dims))
+        else:
+            for d in dims:
+                _tensor_shapes(d, found)
+
+
 def backward_start(events: list[dict], lo: float, hi: float) -> float:
     """Where the backward pass that ends at ``hi`` (an optimizer step) starts: the trailing
     run of backward events (the autograd engine's functions, the gradient seed, DDP's bucket
@@ -388,7 +400,73 @@ class RankTrace:
         return sum(seconds for at, seconds in self.gpu_work if lo <= at < hi)
 
     def step_windows(self) -> list[tuple[float, float]]:
-        return [(s["ts"], _end(s)) for s in self.steps]
+        """The training steps: the ProfilerSteps, or, where the generator's optimizer steps
+        only in some of them (prof.step() once per discriminator step, the generator every
+        n-th: the usual WGAN loop), the runs of ProfilerSteps from after one generator step to
+        the end of the next, each a whole GAN step."""
+        return self._windows
+
+    @cached_property
+    def _windows(self) -> list[tuple[float, float]]:
+        own = [(s["ts"], _end(s)) for s in self.steps]
+        networks = self._optimizer_networks
+        if not networks or self.labelled:
+            return own
+        with_g = [any(networks.get(id(o)) == "g" for o in self.optimizer_steps(lo, hi)) for lo, hi in own]
+        if all(with_g):
+            return own
+        # a GAN step runs from after one generator step to the end of the next; the profiled
+        # steps up to the first generator step, and after the last, belong to GAN steps the
+        # profiler did not see whole
+        cycles, start, seen = [], None, False
+        for (lo, hi), closes in zip(own, with_g):
+            start = lo if start is None else start
+            if closes:
+                if seen:
+                    cycles.append((start, hi))
+                seen, start = True, None
+        if not cycles:
+            raise UserInputError(
+                f"the generator's optimizer steps only in {sum(with_g)} of the {len(own)} profiled steps, and no "
+                "profiled steps run from after one of them to the next: the profile holds no whole GAN step; "
+                "profile more steps (schedule active=...)", source=self.path, field="traceEvents")
+        return cycles
+
+    @cached_property
+    def _optimizer_networks(self) -> dict[int, str]:
+        """d or g per optimizer step (by id), told apart by the parameters each updates (the
+        tensor shapes its operators read, record_shapes' Input Dims): the generator's is the
+        one that steps in only some ProfilerSteps while the other steps in all; where both
+        step in every ProfilerStep, the one that steps last in most of them. Empty when the
+        trace does not tell two networks apart (no shapes, one network, or more than two)."""
+        own = [(s["ts"], _end(s)) for s in self.steps]
+        per_step = [self.optimizer_steps(lo, hi) for lo, hi in own]
+        shapes = {id(o): self._parameter_shapes(o) for opts in per_step for o in opts}
+        kinds = {v for v in shapes.values()}
+        if len(kinds) != 2 or None in kinds:
+            return {}
+        first, second = sorted(kinds, key=lambda k: min(o["ts"] for opts in per_step for o in opts
+                                                         if shapes[id(o)] == k))
+        present = [{shapes[id(o)] for o in opts} for opts in per_step]
+        in_all = [k for k in (first, second) if all(k in p for p in present)]
+        if len(in_all) == 1:
+            g = second if in_all[0] == first else first
+        else:
+            last = [shapes[id(opts[-1])] for opts in per_step if opts]
+            g = first if last.count(first) > last.count(second) else second
+        return {key: "g" if kind == g else "d" for key, kind in shapes.items()}
+
+    def _parameter_shapes(self, opt: dict) -> Optional[frozenset]:
+        """The shapes of the tensors an optimizer step's operators read: its parameters' and
+        their state's (None without record_shapes)."""
+        found: set = set()
+        for e in self.host:
+            if e["ts"] > _end(opt):
+                break
+            if (e is not opt and e.get("cat") == "cpu_op" and e.get("tid") == opt.get("tid")
+                    and _inside(e, opt["ts"], _end(opt))):
+                _tensor_shapes(e.get("args", {}).get("Input Dims"), found)
+        return frozenset(found) or None
 
     def phase_windows(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
         """(phase, start, end) of one step, in order."""
@@ -407,11 +485,14 @@ class RankTrace:
         its place (the last of a step is G's, the ones before D's; alone, a one-network
         training's, counted as G)."""
         nets = []
+        told = self._optimizer_networks
         for k, opt in enumerate(optimizers):
             mapped = [e for e in self.user_labels if e["name"] in self.phase_map and e["ts"] <= opt["ts"]
                       and _end(opt) <= _end(e) + 1e-3]
             if mapped:
                 nets.append(self.phase_map[min(mapped, key=lambda e: e["dur"])["name"]])
+            elif id(opt) in told:
+                nets.append(told[id(opt)])
             else:
                 nets.append("g" if k == len(optimizers) - 1 else "d")
         return nets
@@ -550,6 +631,12 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
                                  "cycle's, as the profiler's cost per event differs from cycle to cycle)",
                                  source=r.path, field="distributedInfo.rank")
         run.append(r)
+    for r in ranks[:1]:
+        counts = {len(r.optimizer_steps(lo, hi)) for lo, hi in r.step_windows()}
+        if len(counts) > 1 and not r.labelled and not phase_map:
+            log(f"warning: {os.path.basename(r.path)}'s profiled steps hold {' or '.join(map(str, sorted(counts)))} "
+                "optimizer steps and the trace cannot tell its networks apart (record_shapes=True shows which "
+                "parameters each updates): each step's last optimizer step is taken as the generator's")
     for label in phase_map or {}:
         if not any(label == e["name"] for r in ranks for e in r.user_labels):
             raise UserInputError(f"no record_function label {label!r} in the traces; their labels: "
@@ -597,7 +684,7 @@ class _Run:
         self.labels: dict[str, list[float]] = {}
         for r in self.ranks:
             self._add_rank(r, overhead_s_per_event)
-        self.n_steps = len(self.first.steps)
+        self.n_steps = len(self.first.step_windows())
         self.raw = {k: v / self.n_steps for k, v in self.raw.items()}
         self.events_per_step = {k: v / self.n_steps for k, v in self.events_per_step.items()}
         self.means = phase_means(self.samples)
