@@ -389,16 +389,17 @@ with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup
 def test_a_generator_step_every_nth_profiled_step_makes_whole_gan_steps(tmp_path):
     """prof.step() once per critic step, the generator every 3rd (iterations 2, 5, 8, 11;
     profiled 2-12): the networks are told apart by the parameters their optimizers update,
-    and a training step runs from after one generator step to the end of the next (iterations
-    3-5 and 6-8, 9-11; 2 and 12 belong to steps the profiler did not see whole)."""
+    and a training step runs from the end of one generator step to the end of the next
+    (iterations 3-5, 6-8 and 9-11; 2 and 12 belong to steps the profiler did not see whole)."""
     path = tmp_path / "n_critic.json"
     subprocess.run([sys.executable, "-c", N_CRITIC_GAN, str(path), "shapes"], check=True, capture_output=True,
                    timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     trace = RankTrace(str(path), read_trace(str(path)))
-    own = [(s["ts"], _end(s)) for s in trace.steps]
-    assert len(own) == 11
+    assert len(trace.steps) == 11
+    g_ends = [_end(o) for o in trace.host if o["name"].startswith("Optimizer.step#")
+              and _inside(o, trace.steps[0]["ts"], _end(trace.steps[-1]))][1::4]  # D G, then D D D G ...
     windows = trace.step_windows()
-    assert windows == [(own[k][0], own[k + 2][1]) for k in (1, 4, 7)]
+    assert windows == list(zip(g_ends[:-1], g_ends[1:])) and len(windows) == 3
     for lo, hi in windows:
         names = [name for name, _, _ in trace.phase_windows(lo, hi)]
         assert names == ["d_forward_s", "d_backward_s", "d_optimizer_s"] * 3 + ["g_forward_s", "g_backward_s",
@@ -413,3 +414,23 @@ def test_a_generator_step_every_nth_profiled_step_makes_whole_gan_steps(tmp_path
     lines: list[str] = []
     import_traces([str(bare)], overhead_s_per_event=0.0, log=lines.append)
     assert any("cannot tell its networks apart (record_shapes=True" in line for line in lines), lines
+
+
+def test_several_gan_steps_in_one_profiled_step_are_split_at_the_generators_steps(tmp_path):
+    """prof.step() once per three iterations (D then G each): every generator step ends a
+    training step, so 4 profiled steps of 3 iterations make 11 whole GAN steps of one D and
+    one G step each (the first iteration's D step belongs to a step begun before)."""
+    script = N_CRITIC_GAN.replace("for i in range(13):", "for i in range(15):").replace(
+        "if i % 3 == 2:", "if True:").replace("        prof.step()", "        if i % 3 == 2:\n            prof.step()")
+    script = script.replace("warmup=2, active=11", "warmup=1, active=4")
+    path = tmp_path / "epochs.json"
+    subprocess.run([sys.executable, "-c", script, str(path), "shapes"], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert len(trace.steps) == 4
+    windows = trace.step_windows()
+    assert len(windows) == 11
+    for lo, hi in windows:
+        assert [name for name, _, _ in trace.phase_windows(lo, hi)] == [
+            "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s"]
+    assert import_traces([str(path)], overhead_s_per_event=0.0).provenance.d_steps == 1

@@ -400,10 +400,10 @@ class RankTrace:
         return sum(seconds for at, seconds in self.gpu_work if lo <= at < hi)
 
     def step_windows(self) -> list[tuple[float, float]]:
-        """The training steps: the ProfilerSteps, or, where the generator's optimizer steps
-        only in some of them (prof.step() once per discriminator step, the generator every
-        n-th: the usual WGAN loop), the runs of ProfilerSteps from after one generator step to
-        the end of the next, each a whole GAN step."""
+        """The training steps: the ProfilerSteps when each holds one generator step; else
+        (prof.step() once per critic step with the generator every n-th, the usual WGAN loop;
+        or once per epoch) from the end of one generator step to the end of the next, each a
+        whole GAN step."""
         return self._windows
 
     @cached_property
@@ -412,25 +412,18 @@ class RankTrace:
         networks = self._optimizer_networks
         if not networks or self.labelled:
             return own
-        with_g = [any(networks.get(id(o)) == "g" for o in self.optimizer_steps(lo, hi)) for lo, hi in own]
-        if all(with_g):
+        g_ends = [[_end(o) for o in self.optimizer_steps(lo, hi) if networks.get(id(o)) == "g"] for lo, hi in own]
+        if all(len(ends) == 1 for ends in g_ends):
             return own
-        # a GAN step runs from after one generator step to the end of the next; the profiled
-        # steps up to the first generator step, and after the last, belong to GAN steps the
-        # profiler did not see whole
-        cycles, start, seen = [], None, False
-        for (lo, hi), closes in zip(own, with_g):
-            start = lo if start is None else start
-            if closes:
-                if seen:
-                    cycles.append((start, hi))
-                seen, start = True, None
-        if not cycles:
+        # what runs before the first generator step, and after the last, belongs to GAN steps
+        # the profiler did not see whole
+        ends = [end for step in g_ends for end in step]
+        if len(ends) < 2:
             raise UserInputError(
-                f"the generator's optimizer steps only in {sum(with_g)} of the {len(own)} profiled steps, and no "
-                "profiled steps run from after one of them to the next: the profile holds no whole GAN step; "
-                "profile more steps (schedule active=...)", source=self.path, field="traceEvents")
-        return cycles
+                f"the generator's optimizer steps {len(ends)} time(s) in the {len(own)} profiled steps: the profile "
+                "holds no whole GAN step (from the end of one generator step to the end of the next); profile more "
+                "steps (schedule active=...)", source=self.path, field="traceEvents")
+        return list(zip(ends[:-1], ends[1:]))
 
     @cached_property
     def _optimizer_networks(self) -> dict[int, str]:
