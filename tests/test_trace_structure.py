@@ -434,3 +434,27 @@ def test_several_gan_steps_in_one_profiled_step_are_split_at_the_generators_step
         assert [name for name, _, _ in trace.phase_windows(lo, hi)] == [
             "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s"]
     assert import_traces([str(path)], overhead_s_per_event=0.0).provenance.d_steps == 1
+
+
+def test_a_trace_profiled_without_a_schedule_is_cut_at_the_generators_steps(tmp_path, capsys):
+    """`with profile(...) as prof:` around the loop, no schedule and no prof.step(): with
+    record_shapes the networks are told apart and every generator step ends a training step;
+    without shapes nothing tells where the steps end, and the error says what to do."""
+    script = N_CRITIC_GAN.replace("schedule=schedule(wait=0, warmup=2, active=11),", "").replace(
+        "        prof.step()\n", "").replace("on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:",
+                                         ") as prof:") + "prof.export_chrome_trace(sys.argv[1])\n"
+    assert "schedule(" not in script and "prof.step()" not in script
+    path, bare = tmp_path / "whole.json", tmp_path / "bare.json"
+    for out, shapes in ((path, "shapes"), (bare, "none")):
+        subprocess.run([sys.executable, "-c", script, str(out), shapes], check=True, capture_output=True,
+                       timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert not trace.steps
+    # 13 iterations, the generator in 2, 5, 8 and 11: three whole steps of three critic steps
+    windows = trace.step_windows()
+    assert len(windows) == 3
+    profile = import_traces([str(path)], overhead_s_per_event=0.0)
+    assert profile.provenance.d_steps == 3 and profile.provenance.steps == 3
+    assert "no ProfilerStep#N events" in run_bad(capsys, ["calibrate", "--from-trace", str(bare),
+                                                          "--profiler-overhead-us", "1", "--out",
+                                                          str(tmp_path / "p.json")])

@@ -40,6 +40,7 @@ while a backend collective is in flight) is not compute: the profile's compute f
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import gzip
 import json
@@ -99,8 +100,7 @@ MAX_TS_US, MAX_DUR_US = 1e18, MAX_SECONDS * 1e6
 
 # ---------------------------------------------------------------------------- reading
 def read_trace(path: str) -> dict:
-    """The trace's JSON, checked to be a torch.profiler (Kineto) Chrome trace with steps,
-    whose complete events (the ones read) have a name, finite times and mapping args."""
+    """The trace's JSON, checked to be a torch.profiler (Kineto) Chrome trace whose complete events (the ones read) have a name, finite times and mapping args."""
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as fh:
@@ -123,9 +123,6 @@ def read_trace(path: str) -> dict:
         raise UserInputError("not a torch.profiler (Kineto) Chrome trace: no traceEvents with Kineto's "
                              "schemaVersion/distributedInfo; allowed: a trace written by "
                              "torch.profiler.profile(...).export_chrome_trace()", source=path, field="traceEvents")
-    if not any(isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#") for e in events):
-        raise UserInputError("no ProfilerStep#N events: profile with a torch.profiler schedule and call "
-                             "prof.step() once per training step", source=path, field="traceEvents")
     for i, e in enumerate(events):
         problem = _complete_event_problem(e) if isinstance(e, dict) and e.get("ph") == "X" else None
         if problem:
@@ -280,6 +277,10 @@ def _children(events: list[dict], parent: dict) -> list[dict]:
     return [e for e in events if e is not parent and _inside(e, parent["ts"], _end(parent))]
 
 
+_NO_STEPS = ("no ProfilerStep#N events: profile with a torch.profiler schedule and call prof.step() once per "
+             "training step")
+
+
 def _tensor_shapes(dims: Any, found: set) -> None:
     """Every tensor shape (a list of at least one int) in an operator's Input Dims, tensor
     lists included."""
@@ -349,9 +350,14 @@ class RankTrace:
                                                                  "profile_memory")}
         events = _complete_events(data)
         steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
-        if not steps:
-            raise UserInputError("no complete ProfilerStep#N events", source=path, field="traceEvents")
-        self.main = (steps[0].get("pid"), steps[0].get("tid"))
+        if steps:
+            self.main = (steps[0].get("pid"), steps[0].get("tid"))
+        else:  # profiled without a schedule: the training thread is the one that steps the optimizers
+            threads = collections.Counter((e.get("pid"), e.get("tid")) for e in events
+                                          if e["name"].startswith("Optimizer.step#"))
+            if not threads:
+                raise UserInputError(_NO_STEPS, source=path, field="traceEvents")
+            self.main = threads.most_common(1)[0][0]
         self.steps = steps
         self.events = events
         on_main = [e for e in events if (e.get("pid"), e.get("tid")) == self.main and not e["name"].startswith("ProfilerStep#")]
@@ -363,6 +369,8 @@ class RankTrace:
                             and not e["name"].startswith(("ProfilerStep#", "gloo:", "nccl:"))),
                            key=lambda e: (e["ts"], -e["dur"]))
         self.labelled = any(phase_name(e["name"]) for e in self.on_main if e.get("cat") == "user_annotation")
+        if self.labelled and not steps:
+            raise UserInputError(_NO_STEPS + " (the phase labels need it)", source=path, field="traceEvents")
         self.user_labels = [e for e in self.host if e.get("cat") == "user_annotation" and not phase_name(e["name"])
                             and not e["name"].startswith(_FRAMEWORK_LABELS)]
         self.types = {}
@@ -407,11 +415,27 @@ class RankTrace:
         return self._windows
 
     @cached_property
+    def _profiled(self) -> list[tuple[float, float]]:
+        """The ProfilerSteps; without a schedule, the whole of the training thread's record."""
+        if self.steps:
+            return [(s["ts"], _end(s)) for s in self.steps]
+        return [(self.on_main[0]["ts"], max(_end(e) for e in self.on_main))]
+
+    @cached_property
     def _windows(self) -> list[tuple[float, float]]:
-        own = [(s["ts"], _end(s)) for s in self.steps]
+        own = self._profiled
         networks = self._optimizer_networks
-        if not networks or self.labelled:
+        if self.labelled or (not networks and self.steps):
             return own
+        if not networks:  # no schedule: one network's optimizer steps each end a step, or nothing tells
+            optimizers = self.optimizer_steps(*own[0])
+            kinds = {self._parameter_shapes(o) for o in optimizers}
+            if len(optimizers) < 2 or len(kinds) != 1 or None in kinds:
+                raise UserInputError(_NO_STEPS + ": without it, the steps are told by which network each optimizer "
+                                     "step updates, which needs record_shapes=True and two whole steps",
+                                     source=self.path, field="traceEvents")
+            ends = [_end(o) for o in optimizers]
+            return list(zip(ends[:-1], ends[1:]))
         g_ends = [[_end(o) for o in self.optimizer_steps(lo, hi) if networks.get(id(o)) == "g"] for lo, hi in own]
         if all(len(ends) == 1 for ends in g_ends):
             return own
@@ -432,8 +456,7 @@ class RankTrace:
         one that steps in only some ProfilerSteps while the other steps in all; where both
         step in every ProfilerStep, the one that steps last in most of them. Empty when the
         trace does not tell two networks apart (no shapes, one network, or more than two)."""
-        own = [(s["ts"], _end(s)) for s in self.steps]
-        per_step = [self.optimizer_steps(lo, hi) for lo, hi in own]
+        per_step = [self.optimizer_steps(lo, hi) for lo, hi in self._profiled]
         shapes = {id(o): self._parameter_shapes(o) for opts in per_step for o in opts}
         kinds = {v for v in shapes.values()}
         if len(kinds) != 2 or None in kinds:
@@ -442,8 +465,11 @@ class RankTrace:
                                                          if shapes[id(o)] == k))
         present = [{shapes[id(o)] for o in opts} for opts in per_step]
         in_all = [k for k in (first, second) if all(k in p for p in present)]
+        counts = {k: sum(1 for v in shapes.values() if v == k) for k in (first, second)}
         if len(in_all) == 1:
             g = second if in_all[0] == first else first
+        elif not self.steps and counts[first] != counts[second]:  # no schedule: D steps at least as often
+            g = min((first, second), key=counts.__getitem__)
         else:
             last = [shapes[id(opts[-1])] for opts in per_step if opts]
             g = first if last.count(first) > last.count(second) else second
