@@ -142,3 +142,15 @@ def test_markers_are_no_ops_outside_gansim():
     with phase("not even a phase name"):
         step(batch_size=3)
     assert os.environ.get("TORCHELASTIC_USE_AGENT_STORE") is None
+
+
+@pytest.mark.parametrize("ending", ["", "import sys\nsys.exit(0)\n", "raise SystemExit\n"])
+def test_a_script_that_ends_without_marking_steps_is_told_to_mark_them(tmp_path, capsys, ending):
+    """A script that never calls step() and ends (falling off its end, sys.exit(0), a bare
+    SystemExit) gets the line that says how to mark it, not a failure of its own."""
+    script = tmp_path / "unmarked.py"
+    script.write_text("x = sum(range(10))\n" + ending)
+    code = main(["calibrate", "--script", str(script), "--world-sizes", "1,2", "--steps", "2", "--warmup", "1",
+                 "--repeats", "1", "--out", str(tmp_path / "p.json")])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "the script ended after 0 step() call(s)" in line and "gansim.calibration.step()" in line

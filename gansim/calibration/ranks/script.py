@@ -329,6 +329,9 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
                 runpy.run_path(spec.path, run_name="__main__")
             except EnoughSteps:
                 pass
+            except SystemExit as end:  # sys.exit(0) or exit() ends a script as falling off its end does
+                if end.code not in (None, 0):
+                    raise
     finally:
         sys.argv = argv
         if sys.path and sys.path[0] != path0:
