@@ -71,6 +71,8 @@ def test_the_v100_trace_imports_with_its_device(tmp_path, capsys):
     facts = trace_facts(V100)
     out = tmp_path / "v100.json"
     assert main(["calibrate", "--from-trace", V100, "--out", str(out)]) == 0
+    # one rank's trace tells no all-reduce cost, and the log says why
+    assert "warning: only traces of one rank" in capsys.readouterr().err
     profile = load_profile(out)
     assert profile.provenance.device == facts["device"] == "Tesla V100-SXM2-32GB"
     assert (profile.provenance.device_tflops, profile.provenance.device_memory_bandwidth_GBps) == (15.7, 900.0)

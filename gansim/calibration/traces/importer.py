@@ -40,6 +40,7 @@ while a backend collective is in flight) is not compute: the profile's compute f
 
 from __future__ import annotations
 
+import bisect
 import collections
 import datetime as _dt
 import gzip
@@ -475,11 +476,15 @@ class RankTrace:
             g = first if last.count(first) > last.count(second) else second
         return {key: "g" if kind == g else "d" for key, kind in shapes.items()}
 
+    @cached_property
+    def _host_starts(self) -> list[float]:
+        return [e["ts"] for e in self.host]
+
     def _parameter_shapes(self, opt: dict) -> Optional[frozenset]:
         """The shapes of the tensors an optimizer step's operators read: its parameters' and
         their state's (None without record_shapes)."""
         found: set = set()
-        for e in self.host:
+        for e in self.host[bisect.bisect_left(self._host_starts, opt["ts"]):]:
             if e["ts"] > _end(opt):
                 break
             if (e is not opt and e.get("cat") == "cpu_op" and e.get("tid") == opt.get("tid")
@@ -839,7 +844,10 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
         log(f"warning: no trace of world size 1: the compute figures are world size {smallest.world}'s (its ranks "
             "shared the machine) and core sharing is not known; give a world-size-1 trace as well")
         fit_input = measured.model_copy(update={"compute_only": {"1": measured.compute_only[str(smallest.world)]}})
-    if not measured.allreduce:
+    if largest.world == 1:
+        log("warning: only traces of one rank: nothing tells the all-reduce's cost, alpha = beta = 0, and the profile "
+            "predicts other world sizes without communication; give the traces of a run of 2 or more ranks too")
+    elif not measured.allreduce:
         log("warning: no all-reduce with its size in the traces of world size > 1 (record with record_shapes=True):"
             " alpha = beta = 0, the profile predicts other world sizes without communication")
     fit = fit_from_measurements(fit_input, grad, buffer_bytes(largest.records))
