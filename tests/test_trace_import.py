@@ -193,3 +193,20 @@ def test_a_failed_probe_is_one_line_and_leaves_the_profile(monkeypatch, tmp_path
     assert main(["calibrate", "--from-trace", *TRACES, "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no room" in err[0] and "--profiler-overhead-us" in err[0] and not out.exists()
+
+
+def test_the_operators_whose_bytes_count_are_those_with_none_inside():
+    """_leaves finds, by a sweep over start times, exactly the operators no other operator
+    lies inside (nested, overlapping, zero-length and duplicated events), as the definition
+    does by looking at every pair."""
+    import random
+
+    from gansim.calibration.traces.importer import _end, _inside, _leaves
+
+    rng = random.Random(1)
+    for _ in range(300):
+        ops = [{"ts": rng.choice([rng.uniform(0, 100), float(rng.randint(0, 20))]),
+                "dur": rng.choice([0.0, rng.uniform(0, 30), float(rng.randint(0, 5))])} for _ in range(rng.randint(0, 60))]
+        ops += [dict(o) for o in rng.sample(ops, min(3, len(ops)))]
+        by_pairs = [e for e in ops if not any(o is not e and _inside(o, e["ts"], _end(e)) for o in ops)]
+        assert sorted(map(id, _leaves(ops))) == sorted(map(id, by_pairs))
