@@ -6,15 +6,20 @@ What is read (names as PyTorch 2.x's Kineto exporter writes them):
 
 - ``distributedInfo.world_size`` (absent: a run of one rank) and ``.rank``;
 - steps: ``ProfilerStep#N`` events (a profiler ``schedule`` and ``prof.step()``); the thread
-  that has them is the training thread;
+  that has them is the training thread (without them, the thread that steps the optimizers);
+  where they do not each hold one generator step, a training step runs from the end of one
+  generator step to the end of the next;
 - phases: ``record_function`` labels named like the calibrator's phases (``d_forward``,
   ``d_backward``, ... with or without ``_s``), summed per step; without them, the autograd
   regions: each ``Optimizer.step#...`` closes a network step, whose backward is the trailing
   run of ``autograd::engine::evaluate_function`` events (with ``Optimizer.zero_grad``, the
   gradient seed and DDP's bucket copies) before it, whose optimizer work starts where the
   backward ends (GradScaler's unscale and a gradient clipping are the optimizer's), and whose
-  forward is the rest since the previous network step; the last network step of
-  a ProfilerStep is G's, the ones before it D's;
+  forward is the rest since the previous network step; which network an optimizer step is
+  comes from the tensor shapes its operators read (its parameters, with ``record_shapes``):
+  of two, the one that steps in only some ProfilerSteps, else the one that steps last in most
+  of them, is G; without shapes, the last network step of a ProfilerStep is G's, the ones
+  before it D's;
 - communication: ``c10d::allreduce_`` / ``c10d::broadcast_`` operators (the phase they were
   issued in, their element count from ``Input Dims``, which needs ``record_shapes=True``),
   their dtype from the backend's own ``gloo:*`` / ``nccl:*`` events, and
@@ -101,7 +106,8 @@ MAX_TS_US, MAX_DUR_US = 1e18, MAX_SECONDS * 1e6
 
 # ---------------------------------------------------------------------------- reading
 def read_trace(path: str) -> dict:
-    """The trace's JSON, checked to be a torch.profiler (Kineto) Chrome trace whose complete events (the ones read) have a name, finite times and mapping args."""
+    """The trace's JSON, checked to be a torch.profiler (Kineto) Chrome trace whose complete
+    events (the ones read) have a name, finite times and mapping args."""
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as fh:
@@ -521,8 +527,8 @@ class RankTrace:
 
     def _networks(self, optimizers: list[dict]) -> list[str]:
         """d or g per optimizer step: the innermost enclosing label the phase map names, else
-        its place (the last of a step is G's, the ones before D's; alone, a one-network
-        training's, counted as G)."""
+        the network its parameters tell (_optimizer_networks), else its place (the last of a
+        step is G's, the ones before D's; alone, a one-network training's, counted as G)."""
         nets = []
         told = self._optimizer_networks
         for k, opt in enumerate(optimizers):
