@@ -154,3 +154,97 @@ def test_a_script_that_ends_without_marking_steps_is_told_to_mark_them(tmp_path,
                  "--repeats", "1", "--out", str(tmp_path / "p.json")])
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and "the script ended after 0 step() call(s)" in line and "gansim.calibration.step()" in line
+
+
+UNMARKED_GAN = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))
+D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+for i in range(1000):  # no gansim markers: a critic step a batch, the generator every 2nd
+    opt_d.zero_grad()
+    (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+    opt_d.step()
+    if i % 2 == 1:
+        for p in D.parameters():
+            p.requires_grad_(False)
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        opt_g.step()
+        for p in D.parameters():
+            p.requires_grad_(True)
+"""
+
+
+def test_a_script_without_markers_is_timed_from_its_backward_and_optimizer_calls(tmp_path):
+    """No step() or phase(): each optimizer step closes its network's step (its backward the
+    backward() call, its optimizer phase the step), the optimizer that steps last before the
+    first steps again is G, and a training step ends with G's step: 2 critic steps, each
+    network's all-reduces its own DDP's buckets."""
+    script = tmp_path / "unmarked.py"
+    script.write_text(UNMARKED_GAN)
+    cfg = RunConfig(steps=4, warmup=1, timeout_s=60)
+    for world in (1, 2):
+        result = run_local(cfg, world, (), script=ScriptSpec(str(script), ()))["script"]
+        assert result["d_steps"] == [2, 2, 2]
+        for r in result["ranks"]:
+            for name in ("d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s"):
+                assert len(r["phases"][name]) == 3 and all(t > 0 for t in r["phases"][name]), name
+            steps, phases = r["phases"][STEP], r["phases"]
+            for k in range(3):  # the phases fill the step but for the hooks' own time (d_* are per D step)
+                inside = sum(phases[n][k] * (2 if n.startswith("d_") else 1) for n in phases if n.endswith(
+                    ("forward_s", "backward_s", "optimizer_s")))
+                assert 0.9 * steps[k] < inside <= steps[k]
+        if world == 2:
+            buckets = gradient_buckets(summarize(result["collectives"], 3))
+            reducers = {c["phase"][0]: c["owner"] for c in result["collectives"] if c["op"] == "allreduce"}
+            assert buckets["discriminator"] == result["ddp_buckets"][reducers["d"]]
+            assert buckets["generator"] == result["ddp_buckets"][reducers["g"]]
+
+
+def test_markers_after_optimizer_steps_of_the_scripts_own_set_up_win(tmp_path):
+    """A script that steps its optimizer before its marked loop (a warm-up of its own, longer
+    than the run): it imports gansim's markers, so only its marks count."""
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import torch\n"
+        "from gansim.calibration import phase, step\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), 0.1)\n"
+        "for _ in range(5):\n"
+        "    opt.zero_grad(); m(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "for _ in range(10):\n"
+        "    step(batch_size=2)\n"
+        "    with phase('g_forward'):\n"
+        "        loss = m(torch.randn(2, 4)).sum()\n"
+        "    with phase('g_backward'):\n"
+        "        opt.zero_grad(); loss.backward()\n"
+        "    with phase('g_optimizer'):\n"
+        "        opt.step()\n")
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 1, (), script=ScriptSpec(str(script), ()))["script"]
+    phases = result["ranks"][0]["phases"]
+    assert result["batch_size"] == 2 and len(phases[STEP]) == 3
+    assert all(t > 0 for t in phases["g_forward_s"]) and "d_forward_s" not in phases
+
+
+def test_marks_that_come_after_found_steps_replace_them():
+    """Markers that gansim cannot see in the script's own text (imported by a helper module)
+    and that start only after AutoPhases found steps: what it found is dropped, and the
+    marked steps count from the first."""
+    from gansim.calibration.ranks.script import AutoPhases, StepRecorder
+
+    rec = StepRecorder(steps=10, warmup=0)
+    auto, optimizer = AutoPhases(rec), object()
+    auto.made(optimizer)
+    for _ in range(3):
+        auto.step_started(optimizer)
+        auto.step_ended(optimizer)
+    assert rec.index == 2 and rec.samples["g_optimizer_s"] and rec.auto_steps == 3
+    rec.step(batch_size=2)  # the script's own first step()
+    assert rec.index == 0 and rec.samples == {} and rec.marked and rec.batch_size == 2
+    auto.step_started(optimizer)
+    auto.step_ended(optimizer)  # AutoPhases stands aside from now on
+    assert rec.index == 0 and rec.current == {}

@@ -9,7 +9,9 @@ The script initialises its own process group. While it runs:
 - ``phase(...)`` markers and ``torch.profiler.record_function`` labels named like the
   calibrator's phases are timed per step (``torch.cuda.synchronize`` around each on GPU);
   ``step()`` closes a step; after ``steps`` steps the run stops (a ``BaseException`` that
-  user code does not catch by accident), so the script needs no step-count argument;
+  user code does not catch by accident), so the script needs no step-count argument; a
+  script that marks nothing is timed from its ``backward()`` calls and optimizer steps
+  (:class:`AutoPhases`);
 - every DistributedDataParallel gets a communication hook that records each gradient bucket
   it all-reduces (bytes, the phase it was issued in) and then does what DDP does without a
   hook (``allreduce_hook``, documented by PyTorch as equivalent); a hook the user registers
@@ -79,6 +81,9 @@ class StepRecorder:
         self.d_steps: list[int] = []
         self.ddp_modules: list[Any] = []
         self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
+        self.marked = False  # the script marks its steps or phases itself (AutoPhases stands aside)
+        self.auto_steps = 0  # steps AutoPhases closed
+        self.auto: Optional["AutoPhases"] = None
 
     # ------------------------------------------------------------------ phases
     def open(self, label: str, strict: bool = False) -> None:
@@ -88,6 +93,7 @@ class StepRecorder:
                 raise ScriptMarkupError(f"phase({label!r}): unknown phase; allowed: "
                                         f"{', '.join(instrument.PHASE_LABELS)}")
             return  # another record_function label: part of whatever encloses it
+        self._marking()
         if self.index < 0:
             return  # before the first step(): set-up, not timed
         if self.open_name is not None:
@@ -117,7 +123,30 @@ class StepRecorder:
             self.reporter.set("script")
 
     # ------------------------------------------------------------------ steps
-    def step(self, batch_size: Optional[int] = None) -> None:
+    def _marking(self) -> None:
+        if not self.marked and self.auto_steps:
+            # the script marks its steps after all (after optimizer steps of its own set-up):
+            # what AutoPhases recorded is dropped, and the marked steps count from the first
+            self.index, self.samples, self.collectives, self.d_steps = -1, {}, [], []
+            self.current, self.occurrence, self.costs, self.counter = {}, {}, {}, None
+        self.marked = True
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        """One occurrence of a phase found by AutoPhases, `seconds` long."""
+        self.occurrence[name] = self.occurrence.get(name, 0) + 1
+        self.current[name] = self.current.get(name, 0.0) + seconds
+
+    def relabel(self, since: int, names: dict[str, str]) -> None:
+        """The phases of the collectives recorded since `since` (AutoPhases records them before
+        it knows the network), each the current occurrence of its new name."""
+        for c in self.collectives[since:]:
+            if c["phase"] in names:
+                c["phase"] = names[c["phase"]]
+                c["occurrence"] = self.occurrence.get(c["phase"], 0)
+
+    def step(self, batch_size: Optional[int] = None, auto: bool = False) -> None:
+        if not auto:
+            self._marking()
         if self.open_name is not None:
             raise ScriptMarkupError(f"phase {self.open_label!r} was opened in step {self.index} and not "
                                     "closed before the next step() (use `with phase(...):`)")
@@ -172,14 +201,132 @@ class StepRecorder:
                 "ddp_buckets": self.ddp_buckets}
 
 
+class AutoPhases:
+    """The phases of a script that marks none, from its own calls: each optimizer step closes
+    one network's step; its backward is the time in ``backward()`` calls since the previous
+    optimizer step, its optimizer phase the time from the last of them to the step's end
+    (GradScaler's unscale and gradient clipping included), its forward the rest. Optimizers
+    are told apart by identity: with two, the one that steps last before the first to step
+    steps again is G, the other D (n D steps a G step: the usual WGAN loop); with one, every
+    step is a one-network training step. A training step ends with G's optimizer step. Its
+    FLOPs and bytes are not counted (the roofline needs marked phases)."""
+
+    FORWARD, BACKWARD = "?_forward_s", "?_backward_s"  # collectives' phases until the network is known
+
+    def __init__(self, rec: StepRecorder, enabled: bool = True):
+        self.rec = rec
+        self.enabled = enabled
+        rec.auto = self
+        self.stepped = 0  # optimizer steps seen
+        self.optimizers: set[int] = set()  # every optimizer the script made
+        self.order: list[int] = []  # the optimizers' steps before G is known
+        self.g: Optional[int] = None
+        self.last_end: Optional[float] = None  # the previous optimizer step's end
+        self.backward_s = 0.0
+        self.backward_end: Optional[float] = None
+        self.depth = 0  # backward() inside backward() (a gradient penalty's own) counts once
+        self.opt_start = 0.0
+        self.since = 0  # the first collective of this network step
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and not self.rec.marked and self.rec.index < self.rec.steps
+
+    def made(self, optimizer: Any) -> None:
+        self.optimizers.add(id(optimizer))
+
+    def backward_started(self) -> float:
+        self.depth += 1
+        if self.depth == 1 and self.active:
+            _sync()
+            if self.rec.open_name is None:
+                self.rec.open_name = self.BACKWARD  # what DDP all-reduces meanwhile is this backward's
+        return self.rec.clock()
+
+    def backward_ended(self, started: float) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.active:
+            _sync()
+            now = self.rec.clock()
+            self.backward_s += now - started
+            self.backward_end = now
+            if self.rec.open_name == self.BACKWARD:
+                self.rec.open_name = None
+
+    def step_started(self, optimizer: Any) -> None:
+        if self.active:
+            _sync()
+            self.opt_start = self.rec.clock()
+
+    def step_ended(self, optimizer: Any) -> None:
+        if not self.active:
+            return
+        _sync()
+        rec, key, end = self.rec, id(optimizer), self.rec.clock()
+        self.stepped += 1
+        net = self._network(key)
+        if net is not None and rec.index >= 0 and self.last_end is not None:
+            after_backward = self.backward_end if self.backward_end is not None else self.opt_start
+            total, optimizer_s = end - self.last_end, end - after_backward
+            rec.add_phase(f"{net}_forward_s", max(0.0, total - self.backward_s - optimizer_s))
+            rec.add_phase(f"{net}_backward_s", self.backward_s)
+            rec.add_phase(f"{net}_optimizer_s", optimizer_s)
+            rec.relabel(self.since, {self.FORWARD: f"{net}_forward_s", self.BACKWARD: f"{net}_backward_s", "":
+                                     f"{net}_forward_s"})
+        self.last_end, self.backward_s, self.backward_end = end, 0.0, None
+        if net == "g":
+            rec.auto_steps += 1
+            rec.step(auto=True)  # raises EnoughSteps once the run has its steps
+            self.last_end = rec.step_start
+        self.since = len(rec.collectives)
+
+    def why_not(self) -> str:
+        """Why fewer steps were found than the optimizers stepped, for the error line."""
+        if self.g is None and len(set(self.order)) == 1 and len(self.optimizers) > 1:
+            return (f", only one of them stepping: with {len(self.optimizers)} optimizers made, its steps are taken "
+                    "as the discriminator's until another steps")
+        return ""
+
+    def _network(self, key: int) -> Optional[str]:
+        if self.g is None:
+            if len(self.optimizers) == 1:
+                self.g = key
+            elif self.order and key == self.order[0] and self.order[-1] != key:
+                self.g = self.order[-1]
+                return None  # the first step of a new cycle, before the first step() is recorded
+            else:
+                self.order.append(key)
+                if len(self.order) > 10_000:
+                    raise ScriptMarkupError("the script's optimizers step in no repeating order gansim can follow: "
+                                            "mark its steps and phases (gansim.calibration.step() and phase())")
+                return None
+        return "g" if key == self.g else "d"
+
+
 # ---------------------------------------------------------------------------- patches
+def marks_itself(path: str) -> bool:
+    """Whether a script uses gansim's markers (it imports gansim.calibration, or names a
+    phase in quotes for a record_function label): then its phases are its own from the first
+    step, and AutoPhases stays out of it even while the script steps its optimizers in a
+    set-up of its own before its marked loop."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    return "gansim.calibration" in text or any(f"{q}{label}{q}" in text for label in instrument.PHASE_LABELS
+                                               for q in ("'", '"'))
+
+
 @contextlib.contextmanager
-def recording(rec: StepRecorder):
+def recording(rec: StepRecorder, find_phases: bool = True):
     """Install the markers, the record_function timing and the communication recording for
-    the duration of the script; everything is restored afterwards."""
+    the duration of the script (and, with `find_phases`, AutoPhases); everything is restored
+    afterwards."""
     from torch.autograd import profiler as autograd_profiler
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     original_rf = autograd_profiler.record_function
 
@@ -250,6 +397,24 @@ def recording(rec: StepRecorder):
         rec.collective("allreduce", tensor_bytes(tensor), "explicit")
         return original_all_reduce(tensor, *args, **kwargs)
 
+    auto = AutoPhases(rec, enabled=find_phases)
+    original_optimizer_init = torch.optim.Optimizer.__init__
+    original_backward = torch.autograd.backward
+
+    def optimizer_init(self, *args, **kwargs):
+        original_optimizer_init(self, *args, **kwargs)
+        auto.made(self)
+
+    def backward(*args, **kwargs):
+        started = auto.backward_started()
+        try:
+            return original_backward(*args, **kwargs)
+        finally:
+            auto.backward_ended(started)
+
+    optimizer_hooks = [register_optimizer_step_pre_hook(lambda opt, *a: auto.step_started(opt)),
+                       register_optimizer_step_post_hook(lambda opt, *a: auto.step_ended(opt))]
+
     original_init_group = dist.init_process_group
 
     def init_process_group(*args, **kwargs):
@@ -259,7 +424,8 @@ def recording(rec: StepRecorder):
     saved = [(autograd_profiler, "record_function", original_rf), (dist, "init_process_group", original_init_group),
              (torch.profiler, "record_function", torch.profiler.record_function),
              (DDP, "__init__", original_init), (DDP, "register_comm_hook", original_register),
-             (DDP, "_sync_buffers", original_sync_buffers), (dist, "all_reduce", original_all_reduce)]
+             (DDP, "_sync_buffers", original_sync_buffers), (dist, "all_reduce", original_all_reduce),
+             (torch.optim.Optimizer, "__init__", original_optimizer_init), (torch.autograd, "backward", original_backward)]
     autograd_profiler.record_function = TimedRecordFunction
     torch.profiler.record_function = TimedRecordFunction
     DDP.__init__ = init
@@ -267,6 +433,8 @@ def recording(rec: StepRecorder):
     DDP._sync_buffers = sync_buffers
     dist.all_reduce = all_reduce
     dist.init_process_group = init_process_group
+    torch.optim.Optimizer.__init__ = optimizer_init
+    torch.autograd.backward = backward
     instrument.install(rec)
     try:
         yield rec
@@ -274,6 +442,8 @@ def recording(rec: StepRecorder):
         rec.ddp_buckets = {owner_of(m): ddp_logged_buckets(m) for m in rec.ddp_modules}
         rec.ddp_modules = []
         instrument.install(None)
+        for handle in optimizer_hooks:
+            handle.remove()
         for obj, attr, value in saved:
             setattr(obj, attr, value)
 
@@ -324,7 +494,7 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
     sys.argv = [spec.path, *spec.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(spec.path)))
     try:
-        with recording(rec):
+        with recording(rec, find_phases=not marks_itself(spec.path)):
             try:
                 runpy.run_path(spec.path, run_name="__main__")
             except EnoughSteps:
@@ -337,6 +507,13 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
         if sys.path and sys.path[0] != path0:
             sys.path.pop(0)
     if rec.index < cfg.steps:
+        auto = rec.auto
+        if not rec.marked and auto is not None and auto.stepped:
+            raise ScriptMarkupError(
+                f"the script ended after {max(0, rec.index + 1)} training step(s) found from its optimizer steps "
+                f"({auto.stepped} steps of {len(auto.optimizers)} optimizer(s){auto.why_not()}); calibrating needs "
+                f"--steps {cfg.steps}: let the script run longer, lower --steps, or mark its steps and phases "
+                "(gansim.calibration.step() and phase())")
         raise ScriptMarkupError(
             f"the script ended after {max(0, rec.index + 1)} step() call(s); calibrating needs "
             f"--steps {cfg.steps} (call gansim.calibration.step() at the start of every training "
