@@ -190,7 +190,7 @@ def test_a_script_without_markers_is_timed_from_its_backward_and_optimizer_calls
     cfg = RunConfig(steps=4, warmup=1, timeout_s=60)
     for world in (1, 2):
         result = run_local(cfg, world, (), script=ScriptSpec(str(script), ()))["script"]
-        assert result["d_steps"] == [2, 2, 2]
+        assert result["d_steps"] == [2, 2, 2] and result["batch_size"] == 16  # what G and D take
         for r in result["ranks"]:
             for name in ("d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s"):
                 assert len(r["phases"][name]) == 3 and all(t > 0 for t in r["phases"][name]), name

@@ -227,6 +227,7 @@ class AutoPhases:
         self.depth = 0  # backward() inside backward() (a gradient penalty's own) counts once
         self.opt_start = 0.0
         self.since = 0  # the first collective of this network step
+        self.batch_size: Optional[int] = None  # the first tensor a DDP module took: samples per rank
 
     @property
     def active(self) -> bool:
@@ -276,7 +277,7 @@ class AutoPhases:
         self.last_end, self.backward_s, self.backward_end = end, 0.0, None
         if net == "g":
             rec.auto_steps += 1
-            rec.step(auto=True)  # raises EnoughSteps once the run has its steps
+            rec.step(self.batch_size, auto=True)  # raises EnoughSteps once the run has its steps
             self.last_end = rec.step_start
         self.since = len(rec.collectives)
 
@@ -377,6 +378,12 @@ def recording(rec: StepRecorder, find_phases: bool = True):
                 module._gansim_hooked = True
                 original_register(module, module.process_group, recorded(default_hooks.allreduce_hook, module))
         self._gansim_pre_forward = self.register_forward_pre_hook(first_forward)
+
+        def batch_of(module, inputs):  # an unmarked script's batch: what its DDP modules take
+            if auto.active and auto.batch_size is None:
+                first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
+                auto.batch_size = int(first.shape[0]) if first is not None else None
+        self._gansim_batch = self.register_forward_pre_hook(batch_of)
 
     def register_comm_hook(self, state, hook):
         self._gansim_hooked = True
