@@ -458,3 +458,27 @@ def test_a_trace_profiled_without_a_schedule_is_cut_at_the_generators_steps(tmp_
     assert "no ProfilerStep#N events" in run_bad(capsys, ["calibrate", "--from-trace", str(bare),
                                                           "--profiler-overhead-us", "1", "--out",
                                                           str(tmp_path / "p.json")])
+
+
+def test_a_phase_map_tells_where_the_generator_steps_without_shapes(tmp_path):
+    """prof.step() once per critic step, no record_shapes, but the user's labels around the
+    critic and generator steps and a --phase-map: the map says which optimizer steps are G's,
+    and training steps run from one generator step's end to the next's."""
+    script = N_CRITIC_GAN.replace(
+        "        opt_d.zero_grad()\n", "        critic = torch.profiler.record_function('critic')\n        critic.__enter__()\n"
+        "        opt_d.zero_grad()\n").replace(
+        "        opt_d.step()\n", "        opt_d.step()\n        critic.__exit__(None, None, None)\n").replace(
+        "            opt_g.zero_grad()\n", "            gen = torch.profiler.record_function('gen')\n            gen.__enter__()\n"
+        "            opt_g.zero_grad()\n").replace(
+        "            opt_g.step()\n", "            opt_g.step()\n            gen.__exit__(None, None, None)\n")
+    path = tmp_path / "mapped.json"
+    subprocess.run([sys.executable, "-c", script, str(path), "none"], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    bare = RankTrace(str(path), read_trace(str(path)))
+    assert len(bare.step_windows()) == 11  # nothing tells the networks apart: the profiled steps
+    mapped = RankTrace(str(path), read_trace(str(path)), {"critic": "d", "gen": "g"})
+    windows = mapped.step_windows()
+    assert len(windows) == 3
+    for lo, hi in windows:
+        assert [name for name, _, _ in mapped.phase_windows(lo, hi)] == \
+            ["d_forward_s", "d_backward_s", "d_optimizer_s"] * 3 + ["g_forward_s", "g_backward_s", "g_optimizer_s"]

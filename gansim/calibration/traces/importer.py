@@ -446,10 +446,11 @@ class RankTrace:
     @cached_property
     def _windows(self) -> list[tuple[float, float]]:
         own = self._profiled
-        networks = self._optimizer_networks
-        if self.labelled or (not networks and self.steps):
+        per_step = [[self._network_of(o) for o in self.optimizer_steps(lo, hi)] for lo, hi in own]
+        told = any(net == "g" for nets in per_step for net in nets)  # where G steps is known
+        if self.labelled or (not told and self.steps):
             return own
-        if not networks:  # no schedule: one network's optimizer steps each end a step, or nothing tells
+        if not told:  # no schedule: one network's optimizer steps each end a step, or nothing tells
             optimizers = self.optimizer_steps(*own[0])
             kinds = {self._parameter_shapes(o) for o in optimizers}
             if len(optimizers) < 2 or len(kinds) != 1 or None in kinds:
@@ -458,7 +459,8 @@ class RankTrace:
                                      source=self.path, field="traceEvents")
             ends = [_end(o) for o in optimizers]
             return list(zip(ends[:-1], ends[1:]))
-        g_ends = [[_end(o) for o in self.optimizer_steps(lo, hi) if networks.get(id(o)) == "g"] for lo, hi in own]
+        g_ends = [[_end(o) for o, net in zip(self.optimizer_steps(lo, hi), nets) if net == "g"]
+                  for (lo, hi), nets in zip(own, per_step)]
         if all(len(ends) == 1 for ends in g_ends):
             return own
         # what runs before the first generator step, and after the last, belongs to GAN steps
@@ -529,18 +531,17 @@ class RankTrace:
         """d or g per optimizer step: the innermost enclosing label the phase map names, else
         the network its parameters tell (_optimizer_networks), else its place (the last of a
         step is G's, the ones before D's; alone, a one-network training's, counted as G)."""
-        nets = []
-        told = self._optimizer_networks
-        for k, opt in enumerate(optimizers):
-            mapped = [e for e in self.user_labels if e["name"] in self.phase_map and e["ts"] <= opt["ts"]
-                      and _end(opt) <= _end(e) + 1e-3]
-            if mapped:
-                nets.append(self.phase_map[min(mapped, key=lambda e: e["dur"])["name"]])
-            elif id(opt) in told:
-                nets.append(told[id(opt)])
-            else:
-                nets.append("g" if k == len(optimizers) - 1 else "d")
-        return nets
+        return [self._network_of(opt) or ("g" if k == len(optimizers) - 1 else "d")
+                for k, opt in enumerate(optimizers)]
+
+    def _network_of(self, opt: dict) -> Optional[str]:
+        """d or g for one optimizer step where the phase map (its innermost enclosing label)
+        or its parameters (_optimizer_networks) tell; None where neither does."""
+        mapped = [e for e in self.user_labels if e["name"] in self.phase_map and e["ts"] <= opt["ts"]
+                  and _end(opt) <= _end(e) + 1e-3]
+        if mapped:
+            return self.phase_map[min(mapped, key=lambda e: e["dur"])["name"]]
+        return self._optimizer_networks.get(id(opt))
 
     def _structure_regions(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
         optimizers = self.optimizer_steps(lo, hi)
