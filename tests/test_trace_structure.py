@@ -155,8 +155,10 @@ def test_a_sweep_of_one_size_is_bandwidth_alone_and_none_is_free():
 
 def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     """The same script's profile by both ways: the same shape (D steps, DDP's buckets and mode,
-    world sizes, buffers). Their times are compared by bench/trace_calibration.py, not here:
-    on a shared machine two runs minutes apart differ by whatever else it runs."""
+    world sizes, buffers), and a training step's compute at world size 1 within COMPUTE_AGREEMENT
+    of each other (docs/calibrate-from-traces.md, "How close it gets"). The world-size-2 and
+    -3 predictions are bench/trace_calibration.py's to compare: a profiled run of two ranks on
+    two cores moves far more from run to run than a test can hold."""
     from gansim.calibration.profile.schema import load_profile
 
     out = tmp_path / "script.json"
@@ -168,6 +170,15 @@ def test_traces_and_script_give_the_same_profile(traces, tmp_path):
         assert (profile.provenance.d_steps, profile.provenance.mode, profile.provenance.world_sizes) == (5, "ddp", [1, 2])
     assert trace.fit.gradient_buckets == script.fit.gradient_buckets
     assert trace.fit.buffer_bytes == script.fit.buffer_bytes
+    ratio = trace.fit.compute["step_s"] / script.fit.compute["step_s"]
+    assert 1 / (1 + COMPUTE_AGREEMENT) < ratio < 1 + COMPUTE_AGREEMENT, ratio
+
+
+# how far the two ways' world-size-1 compute may be apart: several times their difference in
+# three runs of this test's figures (-4 % to +2 %) and the run-to-run spread bench/
+# trace_calibration.py measures at world size 1 (2-9 %), below what the profiler's own cost
+# adds to this test's traces when it is not removed (+35 %)
+COMPUTE_AGREEMENT = 0.25
 
 
 COMPILED_GAN = """
