@@ -493,3 +493,17 @@ def test_a_phase_map_tells_where_the_generator_steps_without_shapes(tmp_path):
     for lo, hi in windows:
         assert [name for name, _, _ in mapped.phase_windows(lo, hi)] == \
             ["d_forward_s", "d_backward_s", "d_optimizer_s"] * 3 + ["g_forward_s", "g_backward_s", "g_optimizer_s"]
+
+
+def test_generator_steps_in_a_row_stay_in_their_profiled_step(tmp_path):
+    """A generator's own regularisation step right after its main one (every 2nd iteration,
+    as StyleGAN2's path-length step): two G steps in a row are one GAN step's, so the
+    ProfilerSteps stay the training steps."""
+    script = N_CRITIC_GAN.replace("if i % 3 == 2:", "for _ in range(1 + i % 2):")
+    path = tmp_path / "greg.json"
+    subprocess.run([sys.executable, "-c", script, str(path), "shapes"], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert trace.step_windows() == [(s["ts"], _end(s)) for s in trace.steps]
+    counts = {len(trace.phase_windows(lo, hi)) for lo, hi in trace.step_windows()}
+    assert counts == {6, 9}  # D and G, or D, G and G again

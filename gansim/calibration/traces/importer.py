@@ -303,6 +303,13 @@ def _leaves(ops: list[dict]) -> list[dict]:
     return leaves
 
 
+def _interleaved(networks: list[Optional[str]]) -> bool:
+    """Whether another network steps between two generator steps of one ProfilerStep (several
+    GAN steps in it), not only G steps in a row (a generator's own regularisation step)."""
+    steps = [k for k, net in enumerate(networks) if net == "g"]
+    return len(steps) > 1 and any(net != "g" for net in networks[steps[0]:steps[-1]])
+
+
 def _tensor_shapes(dims: Any, found: set) -> None:
     """Every tensor shape (a list of at least one int) in an operator's Input Dims, tensor
     lists included."""
@@ -430,10 +437,10 @@ class RankTrace:
         return sum(seconds for at, seconds in self.gpu_work if lo <= at < hi)
 
     def step_windows(self) -> list[tuple[float, float]]:
-        """The training steps: the ProfilerSteps when each holds one generator step; else
-        (prof.step() once per critic step with the generator every n-th, the usual WGAN loop;
-        or once per epoch) from the end of one generator step to the end of the next, each a
-        whole GAN step."""
+        """The training steps: the ProfilerSteps when each holds one GAN step (generator
+        steps, in a row if several); else (prof.step() once per critic step with the generator
+        every n-th, the usual WGAN loop; or once per epoch) from the end of one generator step
+        to the end of the next, each a whole GAN step."""
         return self._windows
 
     @cached_property
@@ -461,7 +468,7 @@ class RankTrace:
             return list(zip(ends[:-1], ends[1:]))
         g_ends = [[_end(o) for o, net in zip(self.optimizer_steps(lo, hi), nets) if net == "g"]
                   for (lo, hi), nets in zip(own, per_step)]
-        if all(len(ends) == 1 for ends in g_ends):
+        if all(g_ends) and not any(map(_interleaved, per_step)):  # each ProfilerStep is one GAN step
             return own
         # what runs before the first generator step, and after the last, belongs to GAN steps
         # the profiler did not see whole
