@@ -248,3 +248,29 @@ def test_marks_that_come_after_found_steps_replace_them():
     auto.step_started(optimizer)
     auto.step_ended(optimizer)  # AutoPhases stands aside from now on
     assert rec.index == 0 and rec.current == {}
+
+
+def test_generator_steps_in_a_row_are_one_gan_step_without_markers():
+    """D then G, and every 2nd iteration G again (its own regularisation step): the two G
+    steps in a row belong to one training step, which closes when D steps next."""
+    from gansim.calibration.ranks.script import AutoPhases, StepRecorder
+
+    rec = StepRecorder(steps=100, warmup=0)
+    auto, d, g = AutoPhases(rec), object(), object()
+    auto.made(d)
+    auto.made(g)
+
+    def opt_step(optimizer):
+        auto.step_started(optimizer)
+        auto.step_ended(optimizer)
+    for i in range(9):
+        opt_step(d)
+        for _ in range(1 + i % 2):
+            opt_step(g)
+    # G is known at iteration 1's D step; the steps close at iterations 2-8's D steps, the
+    # first of them at iteration 1's last G step: six whole training steps, the 7th under way
+    assert rec.auto_steps == 7 and rec.d_steps == [1] * 6
+    assert [len(rec.samples["g_optimizer_s"]), len(rec.samples["d_optimizer_s"])] == [6, 6]
+    # iteration 8 (one G step) under way: each phase once
+    assert rec.occurrence == dict.fromkeys(("d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s",
+                                            "g_backward_s", "g_optimizer_s"), 1)

@@ -144,14 +144,15 @@ class StepRecorder:
                 c["phase"] = names[c["phase"]]
                 c["occurrence"] = self.occurrence.get(c["phase"], 0)
 
-    def step(self, batch_size: Optional[int] = None, auto: bool = False) -> None:
+    def step(self, batch_size: Optional[int] = None, auto: bool = False, at: Optional[float] = None) -> None:
+        """A step starts here (`at`: at that earlier clock reading, where AutoPhases closes it)."""
         if not auto:
             self._marking()
         if self.open_name is not None:
             raise ScriptMarkupError(f"phase {self.open_label!r} was opened in step {self.index} and not "
                                     "closed before the next step() (use `with phase(...):`)")
         _sync()
-        now = self.clock()
+        now = self.clock() if at is None else at
         if self.index >= 0:
             self._end_step(now)
         if batch_size is not None:
@@ -164,7 +165,7 @@ class StepRecorder:
             raise EnoughSteps()
         self.current = {}
         self.occurrence = {}
-        self.step_start = self.clock()
+        self.step_start = self.clock() if at is None else at
 
     def _end_step(self, now: float) -> None:
         if self.counter is not None:  # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
@@ -209,7 +210,8 @@ class AutoPhases:
     are told apart by identity: with two, the one that steps last before the first to step
     steps again is G, the other D (n D steps a G step: the usual WGAN loop); with one, every
     step is a one-network training step. A training step ends with G's optimizer step. Its
-    FLOPs and bytes are not counted (the roofline needs marked phases)."""
+    FLOPs and bytes are not counted (the roofline needs marked phases). Generator steps in a
+    row (its own regularisation step after its main one) are one GAN step's."""
 
     FORWARD, BACKWARD = "?_forward_s", "?_backward_s"  # collectives' phases until the network is known
 
@@ -228,6 +230,7 @@ class AutoPhases:
         self.opt_start = 0.0
         self.since = 0  # the first collective of this network step
         self.batch_size: Optional[int] = None  # the first tensor a DDP module took: samples per rank
+        self.pending: Optional[float] = None  # the end of the last generator step, not yet a step's end
 
     @property
     def active(self) -> bool:
@@ -266,6 +269,8 @@ class AutoPhases:
         rec, key, end = self.rec, id(optimizer), self.rec.clock()
         self.stepped += 1
         net = self._network(key)
+        if net == "d" and self.pending is not None:  # the GAN step ended with the generator step(s) before
+            self._close(self.pending)  # raises EnoughSteps once the run has its steps
         if net is not None and rec.index >= 0 and self.last_end is not None:
             after_backward = self.backward_end if self.backward_end is not None else self.opt_start
             total, optimizer_s = end - self.last_end, end - after_backward
@@ -275,11 +280,18 @@ class AutoPhases:
             rec.relabel(self.since, {self.FORWARD: f"{net}_forward_s", self.BACKWARD: f"{net}_backward_s", "":
                                      f"{net}_forward_s"})
         self.last_end, self.backward_s, self.backward_end = end, 0.0, None
-        if net == "g":
-            rec.auto_steps += 1
-            rec.step(self.batch_size, auto=True)  # raises EnoughSteps once the run has its steps
-            self.last_end = rec.step_start
         self.since = len(rec.collectives)
+        if net == "g":
+            # a generator step ends the GAN step unless another follows in a row (its own
+            # regularisation step): closed when D steps next, or at once with one network
+            self.pending = end
+            if len(self.optimizers) == 1:
+                self._close(end)
+
+    def _close(self, at: float) -> None:
+        self.pending = None
+        self.rec.auto_steps += 1
+        self.rec.step(self.batch_size, auto=True, at=at)
 
     def why_not(self) -> str:
         """Why fewer steps were found than the optimizers stepped, for the error line."""
