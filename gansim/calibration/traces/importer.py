@@ -452,22 +452,20 @@ class RankTrace:
 
     @cached_property
     def _windows(self) -> list[tuple[float, float]]:
-        own = self._profiled
-        per_step = [[self._network_of(o) for o in self.optimizer_steps(lo, hi)] for lo, hi in own]
+        own, optimizers = self._profiled, self._profiled_optimizers
+        per_step = [[self._network_of(o) for o in opts] for opts in optimizers]
         told = any(net == "g" for nets in per_step for net in nets)  # where G steps is known
         if self.labelled or (not told and self.steps):
             return own
         if not told:  # no schedule: one network's optimizer steps each end a step, or nothing tells
-            optimizers = self.optimizer_steps(*own[0])
-            kinds = {self._parameter_shapes(o) for o in optimizers}
-            if len(optimizers) < 2 or len(kinds) != 1 or None in kinds:
+            kinds = {self._parameter_shapes[id(o)] for o in optimizers[0]}
+            if len(optimizers[0]) < 2 or len(kinds) != 1 or None in kinds:
                 raise UserInputError(_NO_STEPS + ": without it, the steps are told by which network each optimizer "
                                      "step updates, which needs record_shapes=True and two whole steps",
                                      source=self.path, field="traceEvents")
-            ends = [_end(o) for o in optimizers]
+            ends = [_end(o) for o in optimizers[0]]
             return list(zip(ends[:-1], ends[1:]))
-        g_ends = [[_end(o) for o, net in zip(self.optimizer_steps(lo, hi), nets) if net == "g"]
-                  for (lo, hi), nets in zip(own, per_step)]
+        g_ends = [[_end(o) for o, net in zip(opts, nets) if net == "g"] for opts, nets in zip(optimizers, per_step)]
         if all(g_ends) and not any(map(_interleaved, per_step)):  # each ProfilerStep is one GAN step
             return own
         # what runs before the first generator step, and after the last, belongs to GAN steps
@@ -487,9 +485,8 @@ class RankTrace:
         one that steps in only some ProfilerSteps while the other steps in all; where both
         step in every ProfilerStep, the one that steps last in most of them. Empty when the
         trace does not tell two networks apart (no shapes, one network, or more than two)."""
-        per_step = [self.optimizer_steps(lo, hi) for lo, hi in self._profiled]
-        shapes = {id(o): self._parameter_shapes(o) for opts in per_step for o in opts}
-        kinds = {v for v in shapes.values()}
+        per_step, shapes = self._profiled_optimizers, self._parameter_shapes
+        kinds = set(shapes.values())
         if len(kinds) != 2 or None in kinds:
             return {}
         first, second = sorted(kinds, key=lambda k: min(o["ts"] for opts in per_step for o in opts
@@ -507,20 +504,26 @@ class RankTrace:
         return {key: "g" if kind == g else "d" for key, kind in shapes.items()}
 
     @cached_property
-    def _host_starts(self) -> list[float]:
-        return [e["ts"] for e in self.host]
+    def _profiled_optimizers(self) -> list[list[dict]]:
+        """The optimizer steps of each of the profiled windows (_profiled)."""
+        return [self.optimizer_steps(lo, hi) for lo, hi in self._profiled]
 
-    def _parameter_shapes(self, opt: dict) -> Optional[frozenset]:
-        """The shapes of the tensors an optimizer step's operators read: its parameters' and
-        their state's (None without record_shapes)."""
-        found: set = set()
-        for e in self.host[bisect.bisect_left(self._host_starts, opt["ts"]):]:
-            if e["ts"] > _end(opt):
-                break
-            if (e is not opt and e.get("cat") == "cpu_op" and e.get("tid") == opt.get("tid")
-                    and _inside(e, opt["ts"], _end(opt))):
-                _tensor_shapes(e.get("args", {}).get("Input Dims"), found)
-        return frozenset(found) or None
+    @cached_property
+    def _parameter_shapes(self) -> dict[int, Optional[frozenset]]:
+        """Per optimizer step (by id), the shapes of the tensors its operators read: its
+        parameters' and their state's (None without record_shapes)."""
+        starts = [e["ts"] for e in self.host]
+        out: dict[int, Optional[frozenset]] = {}
+        for opt in (o for opts in self._profiled_optimizers for o in opts):
+            found: set = set()
+            for e in self.host[bisect.bisect_left(starts, opt["ts"]):]:
+                if e["ts"] > _end(opt):
+                    break
+                if (e is not opt and e.get("cat") == "cpu_op" and e.get("tid") == opt.get("tid")
+                        and _inside(e, opt["ts"], _end(opt))):
+                    _tensor_shapes(e.get("args", {}).get("Input Dims"), found)
+            out[id(opt)] = frozenset(found) or None
+        return out
 
     def phase_windows(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
         """(phase, start, end) of one step, in order."""
@@ -540,6 +543,11 @@ class RankTrace:
         step is G's, the ones before D's; alone, a one-network training's, counted as G)."""
         return [self._network_of(opt) or ("g" if k == len(optimizers) - 1 else "d")
                 for k, opt in enumerate(optimizers)]
+
+    @property
+    def networks_told(self) -> bool:
+        """Whether the parameters of its optimizer steps tell the two networks apart."""
+        return bool(self._optimizer_networks)
 
     def _network_of(self, opt: dict) -> Optional[str]:
         """d or g for one optimizer step where the phase map (its innermost enclosing label)
@@ -684,7 +692,7 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
         run.append(r)
     for r in ranks[:1]:
         counts = {len(r.optimizer_steps(lo, hi)) for lo, hi in r.step_windows()}
-        if len(counts) > 1 and not r.labelled and not phase_map:
+        if len(counts) > 1 and not (r.labelled or phase_map or r.networks_told):
             log(f"warning: {os.path.basename(r.path)}'s profiled steps hold {' or '.join(map(str, sorted(counts)))} "
                 "optimizer steps and the trace cannot tell its networks apart (record_shapes=True shows which "
                 "parameters each updates): each step's last optimizer step is taken as the generator's")
