@@ -65,20 +65,13 @@ class StepRecorder:
         self.warmup = warmup
         self.reporter = reporter
         self.clock = time.perf_counter
-        self.index = -1  # the step under way; -1 before the first step()
         self.step_start = 0.0
         self.open_name: Optional[str] = None
         self.open_label = ""
         self.open_at = 0.0
-        self.current: dict[str, float] = {}
-        self.occurrence: dict[str, int] = {}
-        self.samples: dict[str, list[float]] = {}
-        self.collectives: list[dict] = []  # kept steps: {step, op, phase, occurrence, owner, bytes}
-        self.costs: dict[str, dict[str, float]] = {}  # per phase occurrence, from the counted step
-        self.counter: Optional[PhaseCosts] = None  # while the last warm-up step runs
+        self._start_recording()
         self.batch_size: Optional[int] = None
         self.quiet = 0  # >0 while a recorded hook issues its own collective
-        self.d_steps: list[int] = []
         self.ddp_modules: list[Any] = []
         self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
         self.marked = False  # the script marks its steps or phases itself (AutoPhases stands aside)
@@ -123,12 +116,22 @@ class StepRecorder:
             self.reporter.set("script")
 
     # ------------------------------------------------------------------ steps
+    def _start_recording(self) -> None:
+        """No step yet, and nothing recorded."""
+        self.index = -1  # the step under way; -1 before the first step()
+        self.current: dict[str, float] = {}
+        self.occurrence: dict[str, int] = {}
+        self.samples: dict[str, list[float]] = {}
+        self.collectives: list[dict] = []  # kept steps: {step, op, phase, occurrence, owner, bytes}
+        self.costs: dict[str, dict[str, float]] = {}  # per phase occurrence, from the counted step
+        self.counter: Optional[PhaseCosts] = None  # while the last warm-up step runs
+        self.d_steps: list[int] = []
+
     def _marking(self) -> None:
         if not self.marked and self.auto_steps:
             # the script marks its steps after all (after optimizer steps of its own set-up):
             # what AutoPhases recorded is dropped, and the marked steps count from the first
-            self.index, self.samples, self.collectives, self.d_steps = -1, {}, [], []
-            self.current, self.occurrence, self.costs, self.counter = {}, {}, {}, None
+            self._start_recording()
         self.marked = True
 
     def add_phase(self, name: str, seconds: float) -> None:
@@ -213,7 +216,9 @@ class AutoPhases:
     FLOPs and bytes are not counted (the roofline needs marked phases). Generator steps in a
     row (its own regularisation step after its main one) are one GAN step's."""
 
-    FORWARD, BACKWARD = "?_forward_s", "?_backward_s"  # collectives' phases until the network is known
+    # what a collective issued in a backward() call is recorded in until the network is known
+    # (one issued outside it is recorded in no phase, "")
+    BACKWARD = "?_backward_s"
 
     def __init__(self, rec: StepRecorder, enabled: bool = True):
         self.rec = rec
@@ -277,8 +282,7 @@ class AutoPhases:
             rec.add_phase(f"{net}_forward_s", max(0.0, total - self.backward_s - optimizer_s))
             rec.add_phase(f"{net}_backward_s", self.backward_s)
             rec.add_phase(f"{net}_optimizer_s", optimizer_s)
-            rec.relabel(self.since, {self.FORWARD: f"{net}_forward_s", self.BACKWARD: f"{net}_backward_s", "":
-                                     f"{net}_forward_s"})
+            rec.relabel(self.since, {self.BACKWARD: f"{net}_backward_s", "": f"{net}_forward_s"})
         self.last_end, self.backward_s, self.backward_end = end, 0.0, None
         self.since = len(rec.collectives)
         if net == "g":
@@ -395,7 +399,8 @@ def recording(rec: StepRecorder, find_phases: bool = True):
             if auto.active and auto.batch_size is None:
                 first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
                 auto.batch_size = int(first.shape[0]) if first is not None else None
-        self._gansim_batch = self.register_forward_pre_hook(batch_of)
+        if auto.enabled:
+            self._gansim_batch = self.register_forward_pre_hook(batch_of)
 
     def register_comm_hook(self, state, hook):
         self._gansim_hooked = True
