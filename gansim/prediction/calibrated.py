@@ -82,7 +82,7 @@ def shared_cores(profile: Profile) -> int | None:
     """The cores the ranks of a profile's machine compute on together: the host's for CPU
     ranks; None for ranks on GPUs, each of which computes on a GPU of its own however many
     cores its host has (the host that imported a GPU trace is not the one that ran it)."""
-    return profile.provenance.cores if profile.provenance.device.lower() == "cpu" else None
+    return profile.provenance.cores if profile.provenance.on_cpu else None
 
 
 def oversubscription(cores: int | None, ranks: int) -> int:

@@ -91,7 +91,7 @@ def target_device(topology: Topology) -> Optional[DeviceFigures]:
 
 def needs_scaling(profile: Profile, target: Optional[DeviceFigures]) -> bool:
     if target is None:
-        return profile.provenance.device.lower() != "cpu"
+        return not profile.provenance.on_cpu
     return not _same_device(profile.provenance.device, target.name)
 
 

@@ -119,6 +119,11 @@ class Provenance(_Model):
     device_tflops: Optional[Tflops] = None
     device_memory_bandwidth_GBps: Optional[BandwidthGBps] = None
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the ranks computed on the host's cores (not on GPUs of their own)."""
+        return self.device.lower() == "cpu"
+
 
 class AllreducePoint(_Model):
     world_size: Annotated[int, Field(ge=2), AfterValidator(limits.RANKS.validator)]
