@@ -31,6 +31,19 @@ def test_compute_bound_scales_with_flops_memory_bound_with_bandwidth():
     assert report["ratio"] == pytest.approx((0.06 * 0.25 + 0.008 * 0.5) / 0.068)
 
 
+def test_a_gpu_traces_math_kernels_move_with_flops_and_the_rest_with_bandwidth():
+    """A phase whose kernels were timed moves in two parts: its matrix products' and
+    convolutions' share at the ratio of peak FLOP/s (0.25 here), the rest at the ratio of
+    memory bandwidths (0.5), whatever its FLOPs and bytes (a trace without shapes has none)."""
+    assert phase_scaling(PhaseCost(flops=0, bytes=0, math_share=1.0), SLOW, FAST, "x") == ("compute", 0.25)
+    assert phase_scaling(PhaseCost(flops=0, bytes=0, math_share=0.0), SLOW, FAST, "x") == ("memory", 0.5)
+    assert phase_scaling(PhaseCost(flops=0, bytes=0, math_share=0.6), SLOW, FAST, "x") == (
+        "mixed", pytest.approx(0.6 * 0.25 + 0.4 * 0.5))
+    # the measured kernels decide, not the phase's intensity (compute-bound by its FLOPs)
+    assert phase_scaling(PhaseCost(flops=1e9, bytes=1e6, math_share=0.2), SLOW, FAST, "x") == (
+        "mixed", pytest.approx(0.2 * 0.25 + 0.8 * 0.5))
+
+
 def test_a_missing_device_figure_is_an_error_not_a_ratio_of_one():
     with pytest.raises(UserInputError, match="no FLOPs and bytes for phase d_forward_s"):
         phase_scaling(None, SLOW, FAST, "d_forward_s")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gansim.calibration.profile.schema import load_profile
-from gansim.calibration.traces.importer import import_traces
+from gansim.calibration.traces.importer import MATH_OPERATORS, import_traces
 from gansim.cli.main import main
 
 HTA = Path(__file__).parent / "data" / "hta"
@@ -100,3 +100,67 @@ def test_a_gpu_profile_predicts_ranks_on_gpus_of_their_own_whatever_cores_the_im
     # the same profile taken as a CPU one: four ranks on one core take about four times as long
     cpu = profile.model_copy(update={"provenance": profile.provenance.model_copy(update={"device": "cpu"})})
     assert steps(cpu, 1)[1] > 3 * steps(cpu, 64)[1]
+
+
+def test_the_math_operators_are_those_torchs_flop_counter_counts():
+    """A kernel is the compute-bound part of a phase when an operator that torch's FLOP
+    counter counts launched it: the importer's list is that registry, so a torch that adds
+    one shows here."""
+    from torch.utils.flop_counter import flop_registry
+
+    registry = {str(op.name() if hasattr(op, "name") else op).replace(".", "::", 1) for op in flop_registry}
+    assert {name for name in MATH_OPERATORS if name.startswith("aten::")} == {n for n in registry if n.startswith("aten::")}
+
+
+def math_facts(path: str) -> dict:
+    """Per phase of a one-network step (forward to the first backward event, backward to
+    the optimizer step, the optimizer step), the share of its kernels' GPU time launched
+    inside a math operator on the launching thread, from the JSON alone, by a scan over
+    every operator (no interval union, no bisection)."""
+    data = json.loads(gzip.open(path).read())
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    math_ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"] in MATH_OPERATORS]
+    launches = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+
+    def in_math(launch):
+        return any(o["tid"] == launch["tid"] and o["ts"] <= launch["ts"] <= o["ts"] + o["dur"] for o in math_ops)
+    kernels = [(launches[e["args"]["correlation"]], e) for e in events if e.get("cat") in GPU_WORK
+               and e["args"].get("correlation") in launches and not e["name"].startswith("nccl")]
+    opt = [e for e in events if e["name"].startswith("Optimizer.step#") and e.get("cat") == "user_annotation"]
+    total = math = 0.0
+    for launch, k in kernels:
+        if any(o["ts"] <= launch["ts"] < o["ts"] + o["dur"] for o in opt):
+            assert not in_math(launch)  # SGD's kernels are elementwise
+            continue
+        total += k["dur"]
+        math += k["dur"] if in_math(launch) else 0.0
+    return {"math_share": math / total}
+
+
+def test_a_gpu_trace_without_shapes_splits_its_phases_into_math_and_memory_kernels(tmp_path, capsys):
+    """The HTA A100 trace records no shapes, so no FLOPs: the roofline to a V100 moves each
+    phase by its kernels, the math operators' share at the FP32 FLOP/s ratio (19.5 / 15.7)
+    and the rest at the bandwidth ratio (1555 / 900); the trace's TF32 convolutions are
+    named in a warning."""
+    profile = import_traces([A100], overhead_s_per_event=0.0)
+    costs = profile.measured.phase_costs
+    assert costs["g_optimizer_s"].math_share == 0.0
+    forward, backward = costs["g_forward_s"].math_share, costs["g_backward_s"].math_share
+    assert 0.1 < forward < 0.9 and 0.1 < backward < 0.9
+    phases = profile.measured.phases["2"]
+    both = (forward * phases["g_forward_s"] + backward * phases["g_backward_s"]) / (
+        phases["g_forward_s"] + phases["g_backward_s"])
+    # the shares of the phases' time before the optimizer step, averaged over its steps
+    assert both == pytest.approx(math_facts(A100)["math_share"], rel=1e-6)
+
+    out = tmp_path / "a100.json"
+    assert main(["calibrate", "--from-trace", A100, "--out", str(out)]) == 0
+    assert "of the math kernels' time ran on tensor cores" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["predict", "--profile", str(out), "--world-sizes", "1", "--topology",
+                 "topologies/dgx1-v100.yaml", "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["predictions"][0]["compute_scaled_from"]
+    compute, memory = 19.5 / 15.7, 1555.0 / 900.0
+    assert moved["phases"]["g_optimizer_s"] == {"bound": "memory", "ratio": pytest.approx(memory), "math_share": 0.0}
+    assert moved["phases"]["g_backward_s"]["bound"] == "mixed"
+    assert moved["phases"]["g_backward_s"]["ratio"] == pytest.approx(backward * compute + (1 - backward) * memory)

@@ -14,6 +14,12 @@ The measured device's figures come, in this order, from the caller (``gansim pre
 (``gansim calibrate --device-tflops/--device-memory-bandwidth-GBps``), or from a shipped
 topology's GPU node whose ``model`` names the same device; the target's from its topology's
 GPU nodes (``tflops``, ``memory_bandwidth_GBps``).
+
+A GPU trace that records no shapes (so no FLOPs and bytes) still timed each kernel: the
+kernels launched by the operators torch's FLOP counter counts (matrix products,
+convolutions, attention) are the compute-bound part of a phase, the others (elementwise,
+normalisation, reductions, copies) the memory-bound part, and each part moves at its own
+ratio (``PhaseCost.math_share``).
 """
 
 from __future__ import annotations
@@ -97,7 +103,16 @@ def needs_scaling(profile: Profile, target: Optional[DeviceFigures]) -> bool:
 
 def phase_scaling(cost: Optional[PhaseCost], measured: DeviceFigures, target: DeviceFigures,
                   phase: str) -> tuple[str, float]:
-    """(bound, time ratio target/measured) of one phase."""
+    """(bound, time ratio target/measured) of one phase. Where a GPU trace timed the phase's
+    kernels, its matrix products' and convolutions' share moves at the ratio of peak FLOP/s
+    and the rest at the ratio of memory bandwidths (``mixed`` when it has both); otherwise the
+    phase's arithmetic intensity against the measured device's ridge decides for all of it."""
+    compute_ratio = measured.tflops / target.tflops
+    memory_ratio = measured.memory_bandwidth_GBps / target.memory_bandwidth_GBps
+    if cost is not None and cost.math_share is not None:
+        share = cost.math_share
+        bound = "compute" if share == 1 else "memory" if share == 0 else "mixed"
+        return bound, share * compute_ratio + (1 - share) * memory_ratio
     if cost is None:
         raise UserInputError(f"no FLOPs and bytes for phase {phase}: the roofline needs them (calibrate again "
                              "with --warmup 1 or more: the last warm-up step counts them; or import a trace "
@@ -105,8 +120,8 @@ def phase_scaling(cost: Optional[PhaseCost], measured: DeviceFigures, target: De
                              field=f"measured.phase_costs.{phase}")
     intensity = cost.flops / cost.bytes if cost.bytes > 0 else float("inf")
     if intensity >= measured.ridge_flops_per_byte:
-        return "compute", measured.tflops / target.tflops
-    return "memory", measured.memory_bandwidth_GBps / target.memory_bandwidth_GBps
+        return "compute", compute_ratio
+    return "memory", memory_ratio
 
 
 def scale_phases(phases: StepPhases, costs: Mapping[str, PhaseCost], measured: DeviceFigures,
@@ -127,5 +142,8 @@ def scale_phases(phases: StepPhases, costs: Mapping[str, PhaseCost], measured: D
         before += seconds
         after += seconds * ratio
         report["phases"][name] = {"bound": bound, "ratio": ratio}
+        share = getattr(costs.get(name), "math_share", None)
+        if share is not None:
+            report["phases"][name]["math_share"] = share
     report["ratio"] = after / before if before > 0 else 1.0
     return replace(phases, **changes), report

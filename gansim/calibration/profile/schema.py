@@ -156,10 +156,14 @@ class CollectiveRecord(_Model):
 
 class PhaseCost(_Model):
     """One occurrence of a phase: FLOPs (torch.utils.flop_counter) and bytes its operators
-    read and write (each input and output tensor once), for the roofline."""
+    read and write (each input and output tensor once), for the roofline; from a GPU trace,
+    also the share of its GPU time in the kernels of the operators that count FLOPs (matrix
+    products, convolutions, attention), which the roofline moves at the ratio of peak FLOP/s
+    and the rest at the ratio of memory bandwidths."""
 
     flops: Annotated[float, Field(ge=0, le=1e21)]  # a zettaFLOP: far beyond any one phase
     bytes: Bytes
+    math_share: Optional[Annotated[float, Field(ge=0, le=1)]] = None
 
 
 class ProfilerCorrection(_Model):

@@ -95,6 +95,18 @@ _BACKWARD_END = ("autograd::engine::evaluate_function", "torch.distributed.ddp")
 # what a host thread records (GPU work, CUDA runtime calls and flows are read apart)
 _HOST_CATEGORIES = ("cpu_op", "user_annotation")
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# the operators torch.utils.flop_counter counts FLOPs of (its flop_registry in torch 2.13):
+# a kernel launched inside one of them is the compute-bound part of a phase for the roofline
+MATH_OPERATORS = frozenset(f"aten::{name}" for name in (
+    "mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "convolution", "_convolution", "convolution_backward",
+    "convolution_overrideable", "cudnn_convolution", "_slow_conv2d_forward", "_flash_attention_forward",
+    "_flash_attention_backward", "_efficient_attention_forward", "_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward")) | {
+    "flex_attention", "flex_attention_backward"}
+# how cuBLAS, cuDNN and CUTLASS name the kernels that run on tensor cores (TF32, FP16, BF16)
+_TENSOR_CORE_KERNELS = ("tensorop", "xmma", "hmma", "h884", "s884", "h1688", "s1688", "16816", "tf32", "nvjet")
 # labels the framework writes, not the user
 _FRAMEWORK_LABELS = ("Optimizer.", "DistributedDataParallel.", "ProfilerStep#", "gloo:", "nccl:", "Torch-Compiled Region",
                      "CompiledFunction")
@@ -364,6 +376,31 @@ def backward_end(events: list[dict], lo: float, hi: float) -> float:
     return hi
 
 
+class _Spans:
+    """Where each host thread was inside one of some events (the math operators, the
+    autograd engine's functions): the union of their intervals per thread, so that an event
+    is looked up in log time."""
+
+    def __init__(self, ops: Any):
+        spans: dict[Any, list[tuple[float, float]]] = {}
+        for e in ops:
+            spans.setdefault(e.get("tid"), []).append((e["ts"], _end(e)))
+        self.spans = {}
+        for tid, intervals in spans.items():
+            merged: list[list[float]] = []
+            for lo, hi in sorted(intervals):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            self.spans[tid] = ([lo for lo, _ in merged], [hi for _, hi in merged])
+
+    def holds(self, tid: Any, ts: float) -> bool:
+        starts, ends = self.spans.get(tid, ((), ()))
+        k = bisect.bisect_right(starts, ts) - 1
+        return k >= 0 and ts <= ends[k]
+
+
 class RankTrace:
     """One rank's steps, phases, collectives and costs from its trace.
 
@@ -410,31 +447,38 @@ class RankTrace:
         self.device, self.datasheet = _device(data, path)
         self.gpu_work, self.nccl_kernels = self._gpu_events()
 
-    def _gpu_events(self) -> tuple[list[tuple[float, float]], list[dict]]:
-        """(launch time, GPU seconds) of every kernel, copy and memset but NCCL's, each at the
-        time its CUDA runtime call launched it (matched by correlation id), and NCCL's kernels."""
-        launched = {e["args"]["correlation"]: e["ts"] for e in self.events
+    def _gpu_events(self) -> tuple[list[tuple[float, float, bool]], list[dict]]:
+        """(launch time, GPU seconds, whether a math operator launched it) of every kernel,
+        copy and memset but NCCL's, each at the time its CUDA runtime call launched it (matched
+        by correlation id), and NCCL's kernels."""
+        launched = {e["args"]["correlation"]: e for e in self.events
                     if e.get("cat") == "cuda_runtime" and e.get("pid") == self.main[0]
                     and isinstance(e.get("args", {}).get("correlation"), int)}
+        in_math = _Spans(e for e in self.host if e["name"] in MATH_OPERATORS)
         work, nccl = [], []
+        self.tensor_core_seconds = 0.0
         for e in self.events:
             if e.get("cat") not in _GPU_CATEGORIES:
                 continue
             if e["name"].startswith("ncclKernel") or e["name"].startswith("ncclDevKernel"):
                 nccl.append(e)
                 continue
-            at = launched.get(e.get("args", {}).get("correlation"))
-            if at is not None:
-                work.append((at, e["dur"] * 1e-6))
+            launch = launched.get(e.get("args", {}).get("correlation"))
+            if launch is not None:
+                math = in_math.holds(launch.get("tid"), launch["ts"])
+                work.append((launch["ts"], e["dur"] * 1e-6, math))
+                if math and any(mark in e["name"].lower() for mark in _TENSOR_CORE_KERNELS):
+                    self.tensor_core_seconds += e["dur"] * 1e-6
         return sorted(work), nccl
 
     @property
     def cuda(self) -> bool:
         return bool(self.gpu_work)
 
-    def gpu_seconds(self, lo: float, hi: float) -> float:
-        """GPU stream time of the work launched in [lo, hi) (NCCL's kernels aside)."""
-        return sum(seconds for at, seconds in self.gpu_work if lo <= at < hi)
+    def gpu_seconds(self, lo: float, hi: float, math_only: bool = False) -> float:
+        """GPU stream time of the work launched in [lo, hi) (NCCL's kernels aside); with
+        ``math_only``, of the work the math operators launched."""
+        return sum(seconds for at, seconds, math in self.gpu_work if lo <= at < hi and (math or not math_only))
 
     def step_windows(self) -> list[tuple[float, float]]:
         """The training steps: the ProfilerSteps when each holds one GAN step (generator
@@ -778,9 +822,12 @@ class _Run:
                     self.raw[name] = self.raw.get(name, 0.0) + seconds * share
                     self.events_per_step[name] = self.events_per_step.get(name, 0.0) + n_events * share
                     flops, nbytes = r.costs_in(a, b)
-                    c = self.costs.setdefault(name, [0.0, 0.0])
+                    c = self.costs.setdefault(name, [0.0, 0.0, 0.0, 0.0])
                     c[0] += flops * share
                     c[1] += nbytes * share
+                    if r.cuda:  # the GPU time of the phase's kernels, and of its math operators' kernels
+                        c[2] += corrected * share
+                        c[3] += r.gpu_seconds(a, b, math_only=True) * share
             step = max(0.0, (hi - lo) * 1e-6 - r.events_in(lo, hi) * overhead_s_per_event)
             labelled = sum(v * (k if n.startswith("d_") else 1) for n, v in rec.items())
             for target in (rec, rec_compute):
@@ -854,8 +901,9 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
         compute_samples={str(r.world): [RankSamples(**s) for s in (r.compute_samples if r.world > 1 else r.samples)]
                          for r in figures},
         allreduce=[p for r in figures for p in r.allreduce_points()],
-        phase_costs={name: PhaseCost(flops=f / smallest.n_steps, bytes=b / smallest.n_steps)
-                     for name, (f, b) in smallest.costs.items() if f > 0 or b > 0},
+        phase_costs={name: PhaseCost(flops=f / smallest.n_steps, bytes=b / smallest.n_steps,
+                                     math_share=min(1.0, math / gpu) if gpu > 0 else None)
+                     for name, (f, b, gpu, math) in smallest.costs.items() if f > 0 or b > 0 or gpu > 0},
         profiler=ProfilerCorrection(overhead_s_per_event=overhead_s_per_event, events_per_step=smallest.events_per_step,
                                     raw_phases=smallest.raw, resolution_s=1e-9),  # Kineto: us with three decimals
     )
@@ -893,6 +941,17 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
         device_tflops, device_memory_bandwidth_GBps = sheet.tflops, sheet.memory_bandwidth_GBps
         log(f"device {first.device}: {sheet.model}, {sheet.tflops:g} TFLOP/s FP32, {sheet.memory_bandwidth_GBps:g} "
             "GB/s (datasheet)")
+    if first.cuda:
+        gpu = sum(c[2] for c in smallest.costs.values())
+        math = sum(c[3] for c in smallest.costs.values())
+        if gpu > 0:
+            log(f"kernels of matrix products and convolutions: {math / gpu:.0%} of the phases' GPU time (the roofline "
+                "moves them at the ratio of peak FLOP/s, the rest at the ratio of memory bandwidths)")
+        tensor_cores = first.tensor_core_seconds / max(1e-12, sum(s for _, s, m in first.gpu_work if m))
+        if tensor_cores > 0.1:
+            log(f"warning: {tensor_cores:.0%} of the math kernels' time ran on tensor cores (TF32, FP16 or BF16, by "
+                "their names), while the roofline's peaks are FP32 (tflops): moved to another GPU, they are scaled "
+                "by the FP32 ratio")
     if not first.cuda:
         log(f"the traces' host is taken to have {os.cpu_count() or 1} cores, as this one has (a trace does not "
             "record its host's cores): predicted ranks beyond them share cores")
