@@ -206,6 +206,59 @@ def test_a_script_without_markers_is_timed_from_its_backward_and_optimizer_calls
             assert buckets["generator"] == result["ddp_buckets"][reducers["g"]]
 
 
+G_FIRST_GAN = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))
+D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+for i in range(1000):  # StyleGAN2-ADA's order: the generator's phase, then the discriminator's
+    D.requires_grad_(False)
+    opt_g.zero_grad()
+    (-D(G(torch.randn(16, 8))).mean()).backward()
+    opt_g.step()
+    D.requires_grad_(True)
+    opt_d.zero_grad()
+    (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+    opt_d.step()
+"""
+
+
+def test_a_loop_that_steps_the_generator_first_names_its_networks_by_their_graphs(tmp_path):
+    """G steps first in each iteration, with D's parameters frozen meanwhile: the generator is
+    still the network whose backward ran through the other's layers (their saved weights), so
+    G's phases and its DDP's bucket (816 float32 parameters) are named g, D's (433) d."""
+    script = tmp_path / "g_first.py"
+    script.write_text(G_FIRST_GAN)
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
+    assert result["d_steps"] == [1, 1, 1]
+    buckets = gradient_buckets(summarize(result["collectives"], 3))
+    assert buckets["generator"] == [4 * (8 * 32 + 32 + 32 * 16 + 16)]
+    assert buckets["discriminator"] == [4 * (16 * 24 + 24 + 24 + 1)]
+
+
+def test_the_graph_of_a_generators_loss_holds_the_discriminators_weights():
+    """What tells the networks apart without markers: a backward graph's saved tensors and
+    leaves. D's loss on a detached fake holds none of G's parameters; G's loss holds D's
+    weights even with D frozen, and none of them when D is not in its graph at all."""
+    import torch
+    from torch import nn
+
+    from gansim.calibration.ranks.script import graph_storage
+
+    G, D = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)), nn.Sequential(nn.Linear(16, 1))
+    g_params, d_params = ({p.data_ptr() for p in m.parameters()} for m in (G, D))
+    fake = G(torch.randn(4, 8))
+    assert not graph_storage(D(fake.detach()).mean()) & g_params
+    D.requires_grad_(False)
+    held = graph_storage(-D(fake).mean())
+    assert D[0].weight.data_ptr() in held and held & g_params
+    assert not graph_storage(fake.mean()) & d_params
+
+
 def test_markers_after_optimizer_steps_of_the_scripts_own_set_up_win(tmp_path):
     """A script that steps its optimizer before its marked loop (a warm-up of its own, longer
     than the run): it imports gansim's markers, so only its marks count."""

@@ -15,7 +15,7 @@ import pytest
 
 from gansim.calibration.fit.measurements import compute_time
 from gansim.calibration.profile.phases import COMPUTE_PHASES
-from gansim.calibration.traces.importer import RankTrace, _end, _inside, import_traces, read_trace
+from gansim.calibration.traces.importer import RankTrace, _end, _inside, _tensor_shapes, import_traces, read_trace
 from gansim.cli.main import main
 from tests.cli_checks import run_bad
 
@@ -511,3 +511,42 @@ def test_generator_steps_in_a_row_stay_in_their_profiled_step(tmp_path):
     lines: list[str] = []
     import_traces([str(path)], overhead_s_per_event=0.0, log=lines.append)
     assert not any("cannot tell its networks apart" in line for line in lines), lines
+
+
+def test_a_loop_that_steps_the_generator_first_names_its_networks_by_their_backward(tmp_path):
+    """StyleGAN2-ADA's order (G's phase, then D's, D frozen during G's): the generator is the
+    network whose backward read the other's weights (G's loss runs through D's layers), not
+    the one that steps last; each ProfilerStep is one GAN step, G's phases first."""
+    script = N_CRITIC_GAN.replace("""        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        opt_d.step()
+        if i % 3 == 2:
+            opt_g.zero_grad()
+            (-D(G(torch.randn(16, 8))).mean()).backward()
+            opt_g.step()
+""", """        D.requires_grad_(False)
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        opt_g.step()
+        D.requires_grad_(True)
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        opt_d.step()
+""").replace("warmup=2, active=11", "warmup=2, active=4").replace("range(13)", "range(6)")
+    assert "D.requires_grad_(False)" in script
+    path = tmp_path / "g_first.json"
+    subprocess.run([sys.executable, "-c", script, str(path), "shapes"], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert trace.step_windows() == [(s["ts"], _end(s)) for s in trace.steps] and len(trace.steps) == 4
+    for lo, hi in trace.step_windows():
+        assert [name for name, _, _ in trace.phase_windows(lo, hi)] == [
+            "g_forward_s", "g_backward_s", "g_optimizer_s", "d_forward_s", "d_backward_s", "d_optimizer_s"]
+        # the first optimizer step of each is G's: its operators read G's first weight (32 x 8)
+        first = trace.optimizer_steps(lo, hi)[0]
+        read: set = set()
+        for e in trace.host:
+            if e is not first and _inside(e, first["ts"], _end(first)):
+                _tensor_shapes(e.get("args", {}).get("Input Dims"), read)
+        assert (32, 8) in read and (24, 16) not in read
+    assert import_traces([str(path)], overhead_s_per_event=0.0).provenance.d_steps == 1

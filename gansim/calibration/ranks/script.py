@@ -57,6 +57,35 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def graph_storage(roots: Any, limit: int = 200_000) -> set[int]:
+    """The data pointers of the tensors the autograd graph behind ``roots`` holds: the leaves
+    it accumulates gradients into, and what its functions saved for their gradients (a
+    convolution's or matrix product's weight, whether or not the weight wants a gradient).
+    At most ``limit`` functions are looked at."""
+    roots = roots if isinstance(roots, (tuple, list)) else (roots,)
+    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen: set = set()
+    held: set[int] = set()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        values = [getattr(node, "variable", None)]
+        for name in dir(node):
+            if name.startswith("_saved_"):
+                try:
+                    values.append(getattr(node, name))
+                except RuntimeError:  # freed by an earlier backward (retain_graph=False)
+                    continue
+        for value in values:
+            for tensor in (value if isinstance(value, (tuple, list)) else (value,)):
+                if isinstance(tensor, torch.Tensor) and tensor.data_ptr():
+                    held.add(tensor.data_ptr())
+        stack.extend(fn for fn, _ in node.next_functions)
+    return held
+
+
 class StepRecorder:
     """Times the marked phases of each step of one rank and records its collectives."""
 
@@ -210,8 +239,12 @@ class AutoPhases:
     one network's step; its backward is the time in ``backward()`` calls since the previous
     optimizer step, its optimizer phase the time from the last of them to the step's end
     (GradScaler's unscale and gradient clipping included), its forward the rest. Optimizers
-    are told apart by identity: with two, the one that steps last before the first to step
-    steps again is G, the other D (n D steps a G step: the usual WGAN loop); with one, every
+    are told apart by identity: with two, G is the one whose backward's autograd graph holds
+    the other's parameters (its loss is the discriminator's verdict, so its graph runs through
+    the discriminator's layers, which saved their weights, while the discriminator's stops at
+    the generator's detached output); where the graphs do not tell (both or neither hold the
+    other's), the one that steps last before the first to step steps again is G, the other D
+    (n D steps a G step: the usual WGAN loop); with one, every
     step is a one-network training step. A training step ends with G's optimizer step. Its
     FLOPs and bytes are not counted (the roofline needs marked phases). Generator steps in a
     row (its own regularisation step after its main one) are one GAN step's."""
@@ -225,7 +258,9 @@ class AutoPhases:
         self.enabled = enabled
         rec.auto = self
         self.stepped = 0  # optimizer steps seen
-        self.optimizers: set[int] = set()  # every optimizer the script made
+        self.optimizers: dict[int, Any] = {}  # every optimizer the script made
+        self.held: set[int] = set()  # what the backward graphs since the last optimizer step held
+        self.held_by: dict[int, set[int]] = {}  # per optimizer, what its steps' backward graphs held
         self.order: list[int] = []  # the optimizers' steps before G is known
         self.g: Optional[int] = None
         self.last_end: Optional[float] = None  # the previous optimizer step's end
@@ -242,11 +277,13 @@ class AutoPhases:
         return self.enabled and not self.rec.marked and self.rec.index < self.rec.steps
 
     def made(self, optimizer: Any) -> None:
-        self.optimizers.add(id(optimizer))
+        self.optimizers[id(optimizer)] = optimizer
 
-    def backward_started(self) -> float:
+    def backward_started(self, tensors: Any = None) -> float:
         self.depth += 1
         if self.depth == 1 and self.active:
+            if self.g is None and len(self.optimizers) == 2:
+                self.held |= graph_storage(tensors)
             _sync()
             if self.rec.open_name is None:
                 self.rec.open_name = self.BACKWARD  # what DDP all-reduces meanwhile is this backward's
@@ -273,6 +310,8 @@ class AutoPhases:
         _sync()
         rec, key, end = self.rec, id(optimizer), self.rec.clock()
         self.stepped += 1
+        self.held_by.setdefault(key, set()).update(self.held)
+        self.held = set()
         net = self._network(key)
         if net == "d" and self.pending is not None:  # the GAN step ended with the generator step(s) before
             self._close(self.pending)  # raises EnoughSteps once the run has its steps
@@ -297,6 +336,19 @@ class AutoPhases:
         self.rec.auto_steps += 1
         self.rec.step(self.batch_size, auto=True, at=at)
 
+    def _generator_by_graph(self) -> Optional[int]:
+        """The optimizer whose backward graphs held the other's parameters while the other's
+        did not hold its: the generator's. None where that does not tell."""
+        if len(self.optimizers) != 2 or len(self.held_by) != 2 or not any(self.held_by.values()):
+            return None  # no backward() seen (a graph built by torch.autograd.grad alone, say)
+        params = {key: {p.data_ptr() for group in opt.param_groups for p in group["params"]}
+                  for key, opt in self.optimizers.items()}
+        a, b = self.held_by
+        a_holds_b, b_holds_a = bool(self.held_by[a] & params[b]), bool(self.held_by[b] & params[a])
+        if a_holds_b != b_holds_a:
+            return a if a_holds_b else b
+        return None
+
     def why_not(self) -> str:
         """Why fewer steps were found than the optimizers stepped, for the error line."""
         if self.g is None and len(set(self.order)) == 1 and len(self.optimizers) > 1:
@@ -309,7 +361,7 @@ class AutoPhases:
             if len(self.optimizers) == 1:
                 self.g = key
             elif self.order and key == self.order[0] and self.order[-1] != key:
-                self.g = self.order[-1]
+                self.g = self._generator_by_graph() or self.order[-1]
                 return None  # the first step of a new cycle, before the first step() is recorded
             else:
                 self.order.append(key)
@@ -430,7 +482,7 @@ def recording(rec: StepRecorder, find_phases: bool = True):
         auto.made(self)
 
     def backward(*args, **kwargs):
-        started = auto.backward_started()
+        started = auto.backward_started(args[0] if args else kwargs.get("tensors"))
         try:
             return original_backward(*args, **kwargs)
         finally:

@@ -17,9 +17,10 @@ What is read (names as PyTorch 2.x's Kineto exporter writes them):
   backward ends (GradScaler's unscale and a gradient clipping are the optimizer's), and whose
   forward is the rest since the previous network step; which network an optimizer step is
   comes from the tensor shapes its operators read (its parameters, with ``record_shapes``):
-  of two, the one that steps in only some ProfilerSteps, else the one that steps last in most
-  of them, is G; without shapes, the last network step of a ProfilerStep is G's, the ones
-  before it D's;
+  of two, G is the one whose backward passes read the other's weights (its loss runs through
+  the discriminator); where they do not tell, the one that steps in only some ProfilerSteps,
+  else the one that steps last in most of them; without shapes, the last network step of a
+  ProfilerStep is G's, the ones before it D's;
 - communication: ``c10d::allreduce_`` / ``c10d::broadcast_`` operators (the phase they were
   issued in, their element count from ``Input Dims``, which needs ``record_shapes=True``),
   their dtype from the backend's own ``gloo:*`` / ``nccl:*`` events, and
@@ -526,8 +527,9 @@ class RankTrace:
     def _optimizer_networks(self) -> dict[int, str]:
         """d or g per optimizer step (by id), told apart by the parameters each updates (the
         tensor shapes its operators read, record_shapes' Input Dims): the generator's is the
-        one that steps in only some ProfilerSteps while the other steps in all; where both
-        step in every ProfilerStep, the one that steps last in most of them. Empty when the
+        one whose backward passes read the other's weights (_backward_through); where they do
+        not tell, the one that steps in only some ProfilerSteps while the other steps in all;
+        where both step in every ProfilerStep, the one that steps last in most of them. Empty when the
         trace does not tell two networks apart (no shapes, one network, or more than two)."""
         per_step, shapes = self._profiled_optimizers, self._parameter_shapes
         kinds = set(shapes.values())
@@ -538,7 +540,10 @@ class RankTrace:
         present = [{shapes[id(o)] for o in opts} for opts in per_step]
         in_all = [k for k in (first, second) if all(k in p for p in present)]
         counts = {k: sum(1 for v in shapes.values() if v == k) for k in (first, second)}
-        if len(in_all) == 1:
+        through = self._backward_through(first, second)
+        if through is not None:
+            g = through
+        elif len(in_all) == 1:
             g = second if in_all[0] == first else first
         elif not self.steps and counts[first] != counts[second]:  # no schedule: D steps at least as often
             g = min((first, second), key=counts.__getitem__)
@@ -546,6 +551,39 @@ class RankTrace:
             last = [shapes[id(opts[-1])] for opts in per_step if opts]
             g = first if last.count(first) > last.count(second) else second
         return {key: "g" if kind == g else "d" for key, kind in shapes.items()}
+
+    def _backward_through(self, first: frozenset, second: frozenset) -> Optional[frozenset]:
+        """The generator's parameters, where the backward passes tell: the generator's loss is
+        the discriminator's verdict on its output, so its backward runs through the
+        discriminator's layers and reads their weights (a convolution's or matrix product's
+        gradient with respect to its input needs the weight, whether or not the weight wants a
+        gradient itself), while the discriminator's backward stops at the generator's detached
+        output. So the network whose backward passes read most of the other's own weights (the
+        shapes of two or more dimensions only it has) is G; None where the backward passes do
+        not tell (both or neither read the other's, no weights of their own)."""
+        shapes = self._parameter_shapes
+        read: dict[frozenset, set] = {first: set(), second: set()}
+        in_backward = _Spans(e for e in self.host if _is_autograd(e))
+        starts = [e["ts"] for e in self.host]
+        for (lo, _), opts in zip(self._profiled, self._profiled_optimizers):
+            for opt in opts:
+                found = read[shapes[id(opt)]]
+                for e in self.host[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, opt["ts"])]:
+                    if e.get("cat") == "cpu_op" and not _is_autograd(e) and in_backward.holds(e.get("tid"), e["ts"]):
+                        _tensor_shapes(e.get("args", {}).get("Input Dims"), found)
+                lo = _end(opt)
+        for found in read.values():  # a matrix product may read a weight transposed
+            found |= {shape[::-1] for shape in found if len(shape) == 2}
+
+        def share_read(net: frozenset, other: frozenset) -> Optional[float]:
+            weights = {shape for shape in other - net if len(shape) >= 2}
+            return len(weights & read[net]) / len(weights) if weights else None
+        shares = {net: share_read(net, other) for net, other in ((first, second), (second, first))}
+        if None in shares.values():
+            return None
+        g = max(shares, key=lambda k: shares[k] or 0.0)
+        other = second if g == first else first
+        return g if (shares[g] or 0.0) > 0.5 >= (shares[other] or 0.0) else None
 
     @cached_property
     def _profiled_optimizers(self) -> list[list[dict]]:
