@@ -61,9 +61,16 @@ def test_a_profile_from_a_calibration_run_takes_another_batch_too():
     assert doubled == pytest.approx(base + 0.01 * 5, rel=1e-6)
 
 
+def fitted_cpu_profile():
+    """A calibration run's profile whose all-reduce fit left residuals of 0.02, 0.04 and 0.10."""
+    profile = cpu_profile()
+    return profile.model_copy(update={"fit": profile.fit.model_copy(update={
+        "residuals": {"2": {"4096": 0.02, "65536": -0.04}, "3": {"4096": 0.10}}})})
+
+
 @pytest.mark.parametrize("source", ["timings", "calibration run"])
 def test_every_prediction_has_a_band_around_its_step_time(table3, source):
-    profile = table3[0] if source == "timings" else cpu_profile()
+    profile = table3[0] if source == "timings" else fitted_cpu_profile()
     for p in predict(profile, [1, 2, 3, 4], with_bands=True):
         assert p.band is not None
         assert p.band.low_s <= p.step_time_s <= p.band.high_s
@@ -83,6 +90,24 @@ def test_the_band_uses_the_published_validation_error_of_its_size_band(table3):
     spread = profile.fit.timings.repeat_spread
     reach = spread * p.step_time_s + band_errors()["1M-128M"] * p.band.communication_s
     assert p.band.high_s == pytest.approx(p.step_time_s + reach)
+
+
+def test_a_profile_on_its_own_machine_is_banded_by_its_all_reduce_fit(tmp_path, capsys):
+    """On the calibrated host the communication comes from the all-reduce cost fitted to the
+    profile's own measurements, not from the NCCL model: the band counts that fit's median
+    |residual| (0.04 of 0.02, 0.04, 0.10 here), and says so; without measured all-reduces
+    that error is unknown."""
+    fitted = fitted_cpu_profile()
+    p = by_size(predict(fitted, [1, 2], with_bands=True))[2]
+    assert p.band.communication_error == pytest.approx(0.04)
+    assert "all-reduce fit" in p.band.communication_error_from and "3 measured" in p.band.communication_error_from
+    assert p.band.high_s == pytest.approx(p.step_time_s + 0.04 * p.band.communication_s)
+    bare = by_size(predict(cpu_profile(), [1, 2], with_bands=True))[2]
+    assert bare.band.communication_error is None and "communication_error" in bare.band.unknown
+    path = tmp_path / "p.json"
+    path.write_text(fitted.model_dump_json(by_alias=True))
+    assert main(["predict", "--profile", str(path), "--world-sizes", "1,2"]) == 0
+    assert "plus 4.0% of the communication: the profile's all-reduce fit" in capsys.readouterr().out
 
 
 def test_predict_prints_and_writes_the_band(table3, capsys):

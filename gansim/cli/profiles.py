@@ -78,10 +78,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if predictions and predictions[0].band is not None:
         band = predictions[0].band
         spread = "unknown (no repeats)" if band.repeat_spread is None else f"{band.repeat_spread:.1%}"
-        error = "unknown (no validation points)" if band.communication_error is None \
-            else f"{band.communication_error:.1%}"
-        print(f"band: run-to-run spread {spread} of the step, plus the communication model's median |error| {error} "
-              f"(validate --published, {band.size_band} band) of the communication", file=human)
+        error = "unknown" if band.communication_error is None else f"{band.communication_error:.1%}"
+        print(f"band: run-to-run spread {spread} of the step, plus {error} of the communication: "
+              f"{band.communication_error_from}", file=human)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     return EXIT_OK

@@ -5,11 +5,16 @@ Two errors are known, and only these are counted:
 - the calibration's run-to-run spread: the same configuration measured more than once (a
   profile's repeats, a timings table's repeated rows) took up to this much longer in its
   slowest run than in its fastest (slowest / fastest - 1). The whole step moves by it;
-- the communication model's error in the size band of the workload's all-reduce messages,
-  as `gansim validate --published` measures it on the shipped nccl-tests measurements of
-  real systems (gansim/prediction/published.py: the median |error| over every system's
-  points in that band), computed here from the shipped files. The communication's share of
-  the step moves by it.
+- the error of what predicted the communication. On a topology (a scenario, `predict
+  --topology`, a profile from timings), that is the network and collectives model: its
+  error in the size band of the workload's all-reduce messages, as `gansim validate
+  --published` measures it on the shipped nccl-tests measurements of real systems
+  (gansim/prediction/published.py: the median |error| over every system's points in that
+  band), computed here from the shipped files. On the profile's own machine it is the
+  all-reduce cost the calibration fitted to its measured all-reduces: the median |relative
+  residual| of that fit over its points (``fit.residuals``; in-sample, so a lower bound of
+  its error at world sizes it did not measure). The communication's share of the step
+  moves by it.
 
 The band is [step - (spread x step + error x communication), step + the same], where the
 communication is the simulation's, on the step's critical path (what it adds to the step); the
@@ -22,6 +27,7 @@ count it as zero.
 from __future__ import annotations
 
 import functools
+import statistics
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
@@ -44,11 +50,21 @@ class StepBand:
     communication_error: Optional[float]  # None: no validation points in that size band
     size_band: str
     unknown: tuple[str, ...] = ()
+    communication_error_from: str = ""  # what the error was measured on
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["unknown"] = list(self.unknown)
         return out
+
+
+@dataclass(frozen=True)
+class CommunicationError:
+    """The known relative error of what predicted a run's communication, and where it comes
+    from (None: nothing measured it)."""
+
+    error: Optional[float]
+    source: str
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,6 +77,21 @@ def band_errors() -> dict[str, Optional[float]]:
         summary = summarize(rows, low, high)
         out[name] = summary.median_abs_error if summary.points else None
     return out
+
+
+def published_error(band: str) -> CommunicationError:
+    """The network model's error in a size band, from `validate --published`."""
+    return CommunicationError(band_errors()[band], f"the communication model's median |error| (validate --published, "
+                                                   f"{band} band)")
+
+
+def fit_error(profile: Profile) -> CommunicationError:
+    """The error of the all-reduce cost a profile fitted to its own measured all-reduces."""
+    residuals = [abs(r) for points in profile.fit.residuals.values() for r in points.values()]
+    if not residuals:
+        return CommunicationError(None, "the profile's all-reduce fit (no measured all-reduces)")
+    return CommunicationError(statistics.median(residuals), f"the profile's all-reduce fit's median |residual| over its "
+                                                            f"{len(residuals)} measured all-reduce sizes")
 
 
 def size_band(sizes: list[float]) -> str:
@@ -84,23 +115,26 @@ def calibration_spread(profile: Profile) -> Optional[float]:
 
 
 def step_band(step_s: float, speedup: float, communication_s: float, spread: Optional[float],
-              band: str) -> StepBand:
+              band: str, communication: Optional[CommunicationError] = None) -> StepBand:
     """The band of one predicted step: `communication_s` is the communication on the step's
     critical path (the simulation's breakdown), `spread` the calibration's, `band` the size
-    band of the workload's all-reduce messages."""
-    error = band_errors()[band]
+    band of the workload's all-reduce messages, `communication` the error of what predicted
+    it (the network model's in that band unless given)."""
+    communication = communication or published_error(band)
+    error = communication.error
     unknown = tuple(what for what, value in (("repeat_spread", spread), ("communication_error", error))
                     if value is None)
     reach = (spread or 0.0) * step_s + (error or 0.0) * communication_s
     low, high = max(step_s - reach, 1e-12), step_s + reach
     return StepBand(low, high, speedup * step_s / high, speedup * step_s / low, spread, communication_s, error, band,
-                    unknown)
+                    unknown, communication.source)
 
 
-def record_band(record: RunRecord, speedup: float, spread: Optional[float], band: str) -> StepBand:
+def record_band(record: RunRecord, speedup: float, spread: Optional[float], band: str,
+                communication: Optional[CommunicationError] = None) -> StepBand:
     """The band of a simulated run's record (its step time and the breakdown's communication)."""
     assert record.step_time_s is not None and record.breakdown is not None  # a run that was simulated
-    return step_band(record.step_time_s, speedup, record.breakdown.communication_s, spread, band)
+    return step_band(record.step_time_s, speedup, record.breakdown.communication_s, spread, band, communication)
 
 
 def with_scenario_bands(runs: list[RunRecord], workload: GanWorkload, options: TrainingOptions,

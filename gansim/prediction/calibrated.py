@@ -16,7 +16,7 @@ from gansim.core import limits
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.core.units import MiB
-from gansim.prediction.bands import StepBand, calibration_spread, record_band, size_band
+from gansim.prediction.bands import StepBand, calibration_spread, fit_error, record_band, size_band
 from gansim.prediction.roofline import measured_device, needs_scaling, scale_phases, target_device
 from gansim.runner.point import simulate_point
 from gansim.runner.record import RunRecord
@@ -232,13 +232,17 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
             machine = oversubscribed_host(profile, max(sizes), w) or unshared
         records[w] = simulate_profile_point(profile, machine, w, algorithm, options, workload, step_phases)
     t1 = records[1].step_time_s
+    # on the profile's own machine the fitted all-reduce cost predicts the communication;
+    # on a topology, the network model does
+    own_machine = given_topology is None and timings is None
     predictions = []
     for w in sorted(set(world_sizes)):
         speedup = w * batches[w] / batches[1] * t1 / records[w].step_time_s
         band = None
         if with_bands:
             band = record_band(records[w], speedup, calibration_spread(profile),
-                               size_band(gradient_message_sizes(workload, options)))
+                               size_band(gradient_message_sizes(workload, options)),
+                               fit_error(profile) if own_machine else None)
         predictions.append(Prediction(w, records[w].step_time_s, speedup, records[w], scaled_from, batches[w], band))
     return predictions
 
