@@ -206,33 +206,11 @@ def test_a_script_without_markers_is_timed_from_its_backward_and_optimizer_calls
             assert buckets["generator"] == result["ddp_buckets"][reducers["g"]]
 
 
-G_FIRST_GAN = """
-import torch, torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))
-D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))
-opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
-for i in range(1000):  # StyleGAN2-ADA's order: the generator's phase, then the discriminator's
-    D.requires_grad_(False)
-    opt_g.zero_grad()
-    (-D(G(torch.randn(16, 8))).mean()).backward()
-    opt_g.step()
-    D.requires_grad_(True)
-    opt_d.zero_grad()
-    (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
-    opt_d.step()
-"""
-
-
 def test_a_loop_that_steps_the_generator_first_names_its_networks_by_their_graphs(tmp_path):
     """G steps first in each iteration, with D's parameters frozen meanwhile: the generator is
     still the network whose backward ran through the other's layers (their saved weights), so
     G's phases and its DDP's bucket (816 float32 parameters) are named g, D's (433) d."""
-    script = tmp_path / "g_first.py"
-    script.write_text(G_FIRST_GAN)
+    script = Path(__file__).parent / "data" / "g_first_gan.py"
     result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
     assert result["d_steps"] == [1, 1, 1]
     buckets = gradient_buckets(summarize(result["collectives"], 3))
