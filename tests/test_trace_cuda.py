@@ -102,6 +102,26 @@ def test_a_gpu_profile_predicts_ranks_on_gpus_of_their_own_whatever_cores_the_im
     assert steps(cpu, 1)[1] > 3 * steps(cpu, 64)[1]
 
 
+def test_a_gpu_profile_on_its_own_machine_has_gpu_ranks_whose_collectives_do_not_take_their_compute():
+    """Without --topology a GPU profile's machine is GPUs of its device (not CPU processes
+    whose core also moves their messages): DDP's all-reduces overlap the backward without
+    slowing it, so two ranks take less than the same profile taken as CPU ranks on cores
+    enough, one rank the same, and the bottleneck names a GPU."""
+    from gansim.prediction.calibrated import default_topology, predict
+
+    profile = import_traces([A100], overhead_s_per_event=0.0)
+    ranks = [default_topology(profile, 4).nodes[f"gpu{i}"] for i in range(4)]
+    assert {(n.kind, n.model, n.tflops) for n in ranks} == {("gpu", "NVIDIA A100-PG509-200", 19.5)}
+    on_gpus = predict(profile, [1, 2])
+    cpu = profile.model_copy(update={"provenance": profile.provenance.model_copy(update={"device": "cpu",
+                                                                                         "cores": 64})})
+    on_cores = predict(cpu, [1, 2])
+    assert on_gpus[0].step_time_s == pytest.approx(on_cores[0].step_time_s, rel=1e-12)
+    assert on_gpus[1].record.breakdown.communication_s > 0
+    assert on_gpus[1].step_time_s < on_cores[1].step_time_s
+    assert on_gpus[1].record.bottleneck.resource.startswith("gpu0:")
+
+
 def test_the_math_operators_are_those_torchs_flop_counter_counts():
     """A kernel is the compute-bound part of a phase when an operator that torch's FLOP
     counter counts launched it: the importer's list is that registry, so a torch that adds

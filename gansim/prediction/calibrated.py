@@ -113,9 +113,10 @@ def sharing_factor(profile: Profile, world_size: int) -> float:
 
 
 def profile_topology(profile: Profile, ranks: int, world_size: int | None = None) -> Topology:
-    """This machine as the calibration saw it: `ranks` CPU processes on the host's cores,
-    rank-to-rank through two loopback hops whose latencies add up to alpha and whose
-    bandwidth is 1/beta (so a ring step costs alpha + n beta, the fitted closed form). For a
+    """This machine as the calibration saw it: `ranks` CPU processes on the host's cores (or,
+    for a profile of GPU ranks, `ranks` GPUs), rank-to-rank through two hops whose latencies
+    add up to alpha and whose bandwidth is 1/beta (so a ring step costs alpha + n beta, the
+    fitted closed form). For a
     run of `world_size` ranks that outnumber the cores, both take as many times as long as
     the busiest core carries ranks (oversubscription): the ranks' own threads move the bytes."""
     fit = profile.fit
@@ -123,6 +124,21 @@ def profile_topology(profile: Profile, ranks: int, world_size: int | None = None
     # beta below 1e-15 s/B (a petabyte per second) is as good as free: the topology's ceiling
     bandwidth_GBps = min(1.0 / fit.beta_s_per_byte / 1e9 / slower, MAX_BANDWIDTH_GBps) if fit.beta_s_per_byte > 0 \
         else MAX_BANDWIDTH_GBps
+    prov = profile.provenance
+    if not prov.on_cpu:
+        # GPU ranks: their collectives' kernels run beside their compute, not on a core that
+        # computes too; rank to rank through two hops of a switch whose latencies add up to
+        # alpha, at 1/beta
+        figures = {"model": prov.device, **({"tflops": prov.device_tflops} if prov.device_tflops else {}),
+                   **({"memory_bandwidth_GBps": prov.device_memory_bandwidth_GBps}
+                      if prov.device_memory_bandwidth_GBps else {})}
+        return topology_from_dict({
+            "name": f"calibrated-{prov.host}", "description": f"{prov.device} calibrated {prov.date}",
+            "nodes": [{"id": f"gpu{i}", "kind": "gpu", **figures} for i in range(ranks)] + [
+                {"id": "switch", "kind": "switch"}],
+            "links": [{"a": f"gpu{i}", "b": "switch", "kind": "net", "bandwidth_GBps": bandwidth_GBps,
+                       "latency_us": fit.alpha_s / 2 * 1e6} for i in range(ranks)],
+        }, "profile")
     return topology_from_dict({
         "name": f"calibrated-{profile.provenance.host}",
         "description": f"{profile.provenance.device} calibrated {profile.provenance.date}",
