@@ -14,6 +14,7 @@ import pytest
 from gansim.calibration.profile.schema import load_profile
 from gansim.calibration.traces.importer import MATH_OPERATORS, import_traces
 from gansim.cli.main import main
+from tests.cli_checks import run_bad
 
 HTA = Path(__file__).parent / "data" / "hta"
 A100 = str(HTA / "nccl_data.json.gz")
@@ -184,3 +185,29 @@ def test_a_gpu_trace_without_shapes_splits_its_phases_into_math_and_memory_kerne
     assert moved["phases"]["g_optimizer_s"] == {"bound": "memory", "ratio": pytest.approx(memory), "math_share": 0.0}
     assert moved["phases"]["g_backward_s"]["bound"] == "mixed"
     assert moved["phases"]["g_backward_s"]["ratio"] == pytest.approx(backward * compute + (1 - backward) * memory)
+
+
+def test_a_trace_without_shapes_does_not_know_its_batch_until_told(tmp_path, capsys):
+    """The HTA trace records no input shapes, so nothing tells its per-rank batch: the profile
+    says so, predictions at its own batch stand, and moving it to another batch (predict's
+    --per-gpu-batch, a scenario's per_gpu_batch) is one line saying what to do, until the
+    import is given --batch-size."""
+    out = tmp_path / "a100.json"
+    assert main(["calibrate", "--from-trace", A100, "--out", str(out)]) == 0
+    assert "do not tell the per-rank batch" in capsys.readouterr().err
+    assert not load_profile(out).provenance.batch_known
+    assert main(["predict", "--profile", str(out), "--world-sizes", "1,2"]) == 0
+    assert "batch unknown per rank" in capsys.readouterr().out
+    line = run_bad(capsys, ["predict", "--profile", str(out), "--world-sizes", "1,2", "--per-gpu-batch", "64"])
+    assert "--per-gpu-batch" in line and "--batch-size" in line
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"name: s\ntopology: calibrated\nworkload: dcgan\ngpus: [1, 2]\nalgorithms: [ring]\n"
+                        f"per_gpu_batch: 64\nsteps: 3\nprofile: {out}\n")
+    line = run_bad(capsys, ["simulate", str(scenario), "--out", str(tmp_path / "run")])
+    assert "per_gpu_batch" in line and "--batch-size" in line
+    told = tmp_path / "told.json"
+    assert main(["calibrate", "--from-trace", A100, "--batch-size", "32", "--out", str(told)]) == 0
+    assert (load_profile(told).provenance.batch_size, load_profile(told).provenance.batch_known) == (32, True)
+    capsys.readouterr()
+    assert main(["predict", "--profile", str(told), "--world-sizes", "1,2", "--per-gpu-batch", "64", "--json"]) == 0
+    assert [p["per_gpu_batch"] for p in json.loads(capsys.readouterr().out)["predictions"]] == [64, 64]

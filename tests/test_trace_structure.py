@@ -89,6 +89,8 @@ def test_runs_of_two_world_sizes_are_fitted_together(traces):
     profile = import_traces(traces[1] + traces[2], overhead_s_per_event=1e-6)
     measured, fit = profile.measured, profile.fit
     assert profile.provenance.world_sizes == [1, 2] and sorted(measured.samples) == ["1", "2"]
+    # the script's batch of 64, from the input of its forwards' first layers (record_shapes)
+    assert (profile.provenance.batch_size, profile.provenance.batch_known) == (64, True)
     # compute from the smallest run, core sharing from the larger (fit_from_measurements)
     assert {k: fit.compute[k] for k in COMPUTE_PHASES} == {k: measured.phases["1"][k] for k in COMPUTE_PHASES}
     assert fit.core_sharing["2"] == pytest.approx(compute_time(measured.compute_only["2"]) /

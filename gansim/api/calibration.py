@@ -34,7 +34,7 @@ class CalibrateRequest:
     world_sizes: str | Sequence[int] = "1,2"
     backend: str = "gloo"
     model: str = "paper-mlp-gan"
-    batch_size: int | str = 64
+    batch_size: int | str | None = None  # --model and --script: 64; --from-trace: the trace's
     steps: int | str = 30
     warmup: int | str = 5
     repeats: int | str = 4
@@ -203,7 +203,7 @@ def validate_request(request: CalibrateRequest) -> dict[str, Any]:
         "world_sizes": parse_world_sizes(request.world_sizes),
         "backend": str(request.backend).strip(),
         "model": str(request.model).strip(),
-        "batch_size": _int(request.batch_size, "--batch-size", minimum=1),
+        "batch_size": _int(64 if request.batch_size is None else request.batch_size, "--batch-size", minimum=1),
         "steps": _int(request.steps, "--steps", minimum=1),
         "warmup": _int(request.warmup, "--warmup", minimum=0),
         "repeats": _int(request.repeats, "--repeats", minimum=1),
@@ -324,8 +324,9 @@ def _from_trace(request: CalibrateRequest, say: Log) -> CalibrationResult:
         if not os.path.isfile(path):
             raise UserInputError("file does not exist", source=path, field="--from-trace")
     phase_map = parse_phase_map(request.phase_map)
+    batch_size = None if request.batch_size is None else _int(request.batch_size, "--batch-size", minimum=1)
     profile = import_traces(traces, overhead_s_per_event=overhead_s, log=say, phase_map=phase_map,
-                            device_tflops=_optional_number(request.device_tflops, "--device-tflops", "TFLOP/s"),
+                            batch_size=batch_size, device_tflops=_optional_number(request.device_tflops, "--device-tflops", "TFLOP/s"),
                             device_memory_bandwidth_GBps=_optional_number(
                                 request.device_memory_bandwidth_GBps, "--device-memory-bandwidth-GBps", "GB/s"))
     write_profile_atomic(profile, out)

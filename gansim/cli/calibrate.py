@@ -41,7 +41,9 @@ def register(subparsers: Any) -> None:
                    metavar="paper-mlp-gan|dcgan|dcgan-32|module:factory",
                    help="workload (default paper-mlp-gan)")
     p.add_argument("--batch-size", metavar="N",
-                   help="per-rank batch size (default 64)")
+                   help="per-rank batch size (default 64; with --from-trace: the batch the trace's "
+                        "first matrix product or convolution of each forward takes, which needs "
+                        "record_shapes=True)")
     p.add_argument("--steps", metavar="N",
                    help="training steps per run, warm-up included (default 30)")
     p.add_argument("--warmup", metavar="N",

@@ -58,7 +58,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                          per_gpu_batch=args.per_gpu_batch, global_batch=args.global_batch)
     predictions, provenance = result.predictions, result.provenance
     human = sys.stderr if args.json else sys.stdout
-    print(f"prediction from {args.profile} ({provenance.model}, batch {provenance.batch_size} "
+    batch = provenance.batch_size if provenance.batch_known else "unknown"
+    print(f"prediction from {args.profile} ({provenance.model}, batch {batch} "
           f"per rank, {provenance.mode}, {provenance.device})", file=human)
     scaled = predictions[0].compute_scaled_from if predictions else None
     if scaled:
@@ -72,7 +73,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         assert b is not None
         band = p.band
         assert band is not None
-        print(f"{p.world_size:>5} {p.per_gpu_batch:>8.4g} {p.step_time_s * 1e3:>10.3f} "
+        batch = f"{p.per_gpu_batch:.4g}" if provenance.batch_known else "-"
+        print(f"{p.world_size:>5} {batch:>8} {p.step_time_s * 1e3:>10.3f} "
               f"{band.low_s * 1e3:>10.3f}-{band.high_s * 1e3:<10.3f} {p.speedup:>8.3f} "
               f"{band.speedup_low:>7.3f}-{band.speedup_high:<7.3f}  {b.resource} ({b.utilization:.0%})", file=human)
     if predictions and predictions[0].band is not None:

@@ -177,6 +177,10 @@ def batch_shape(profile: Profile, per_gpu_batch: float | None, global_batch: flo
     given per-GPU batch (weak scaling) or a global batch split over the ranks (strong)."""
     if per_gpu_batch is not None and global_batch is not None:
         raise UserInputError("give --per-gpu-batch or --global-batch, not both", field="--global-batch")
+    if (per_gpu_batch is not None or global_batch is not None) and not profile.provenance.batch_known:
+        raise UserInputError("the profile does not know its per-rank batch (a trace without input shapes), so it "
+                             "cannot be moved to another batch; import the trace again with --batch-size N",
+                             field="--per-gpu-batch" if per_gpu_batch is not None else "--global-batch")
     if global_batch is not None:
         return global_batch / world_size
     return float(per_gpu_batch if per_gpu_batch is not None else profile.provenance.batch_size)

@@ -65,6 +65,12 @@ def profiled_workload(profile: Profile, loaded: LoadedScenario, path: str,
     workload = profile_workload(profile)
     phases = workload.measured
     assert phases is not None
+    batches = set(loaded.scenario.sweep.get("per_gpu_batch", [loaded.scenario.per_gpu_batch]))
+    if not profile.provenance.batch_known and batches != {phases.batch}:
+        raise UserInputError(f"profile {path} does not know its per-rank batch (a trace without input shapes), so "
+                             f"its phases cannot be moved to per_gpu_batch {', '.join(f'{b:g}' for b in sorted(batches))}"
+                             "; import the trace again with --batch-size N", source=loaded.source,
+                             field="per_gpu_batch")
     targets = {}
     for name in topology_names:
         topology = loaded.topology(loaded.scenario.model_copy(update={"topology": name}))

@@ -96,6 +96,10 @@ class Provenance(_Model):
     date: str
     model: str
     batch_size: Count
+    # False where nothing told the per-rank batch (a trace without input shapes, imported
+    # without --batch-size): batch_size is then a placeholder, and no prediction scales to
+    # another batch
+    batch_known: bool = True
     cores: Count
     mode: str = "ddp"
     threads: Annotated[int, Field(ge=0, le=10**9)] = 1

@@ -106,6 +106,11 @@ MATH_OPERATORS = frozenset(f"aten::{name}" for name in (
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward")) | {
     "flex_attention", "flex_attention_backward"}
+# the operators a layer's forward records first, whose first input is the layer's input,
+# batch first
+_BATCH_OPERATORS = frozenset(f"aten::{name}" for name in (
+    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "convolution", "_convolution"))
 # how cuBLAS, cuDNN and CUTLASS name the kernels that run on tensor cores (TF32, FP16, BF16)
 _TENSOR_CORE_KERNELS = ("tensorop", "xmma", "hmma", "h884", "s884", "h1688", "s1688", "16816", "tf32", "nvjet")
 # labels the framework writes, not the user
@@ -719,6 +724,21 @@ class RankTrace:
                     out.append((n * _element_bytes(_first_type(args)), e["dur"] * 1e-6))
         return out
 
+    def batch_in(self, lo: float, hi: float) -> Optional[int]:
+        """The per-rank batch a forward in [lo, hi] takes: the first dimension of the input of
+        its first layer (the first linear or convolution operator); None without shapes."""
+        for e in self.host:
+            if e["ts"] >= hi:
+                break
+            if e["ts"] >= lo and e["name"] in _BATCH_OPERATORS:
+                dims = e.get("args", {}).get("Input Dims")
+                first = dims[0] if isinstance(dims, list) and dims else None
+                if (isinstance(first, list) and len(first) >= 2 and isinstance(first[0], int)
+                        and not isinstance(first[0], bool) and first[0] >= 1):
+                    return first[0]
+                return None
+        return None
+
     def events_in(self, lo: float, hi: float) -> int:
         return sum(1 for e in self.on_main if _inside(e, lo, hi))
 
@@ -760,8 +780,10 @@ def _device(data: dict, path: str) -> tuple[Optional[str], Optional[Datasheet]]:
 def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float] = None,
                   log: Callable[[str], None] = lambda s: None, device_tflops: Optional[float] = None,
                   device_memory_bandwidth_GBps: Optional[float] = None,
-                  phase_map: Optional[dict[str, str]] = None) -> Profile:
-    """The profile of the traces of one or several runs (grouped by their world size)."""
+                  phase_map: Optional[dict[str, str]] = None, batch_size: Optional[int] = None) -> Profile:
+    """The profile of the traces of one or several runs (grouped by their world size).
+    ``batch_size`` is the per-rank batch when the caller knows it; else the traces tell it
+    (their forwards' first layers' inputs, with record_shapes), or nothing does."""
     ranks = [RankTrace(p, read_trace(p), phase_map) for p in paths]
     runs: dict[int, list[RankTrace]] = {}
     for r in ranks:
@@ -797,7 +819,8 @@ def import_traces(paths: Sequence[str], *, overhead_s_per_event: Optional[float]
     notes = [f"profiler overhead removed: {overhead_s_per_event * 1e6:.2f} us per recorded event" + probe
              + (" (from the host's step times; the phases are GPU stream times)" if cuda else "")]
     try:  # the notes and warnings are printed once the profile is whole: a failure is one line
-        profile = _profile_from(runs, overhead_s_per_event, notes.append, device_tflops, device_memory_bandwidth_GBps)
+        profile = _profile_from(runs, overhead_s_per_event, notes.append, device_tflops, device_memory_bandwidth_GBps,
+                                batch_size)
     except ValidationError as err:  # a figure beyond what a profile takes (a phase of days, 10^30 FLOPs)
         problem = validation_error(err, ranks[0].path)
         raise UserInputError(f"the traces make no valid profile: {problem.field}: {problem.message}",
@@ -823,6 +846,7 @@ class _Run:
         self.collectives: list[dict] = []
         self.d_counts: list[int] = []
         self.labels: dict[str, list[float]] = {}
+        self.batches: list[int] = []  # the batch each forward of the first rank took, where its shapes tell
         for r in self.ranks:
             self._add_rank(r, overhead_s_per_event)
         self.n_steps = len(self.first.step_windows())
@@ -857,6 +881,9 @@ class _Run:
                 rec[name] = rec.get(name, 0.0) + corrected * share
                 rec_compute[name] = rec_compute.get(name, 0.0) + waited * share
                 if first:
+                    batch = r.batch_in(a, b) if name.endswith("_forward_s") else None
+                    if batch is not None:
+                        self.batches.append(batch)
                     self.raw[name] = self.raw.get(name, 0.0) + seconds * share
                     self.events_per_step[name] = self.events_per_step.get(name, 0.0) + n_events * share
                     flops, nbytes = r.costs_in(a, b)
@@ -919,7 +946,8 @@ class _Run:
 
 
 def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float, log: Callable[[str], None],
-                  device_tflops: Optional[float], device_memory_bandwidth_GBps: Optional[float]) -> Profile:
+                  device_tflops: Optional[float], device_memory_bandwidth_GBps: Optional[float],
+                  batch_size: Optional[int] = None) -> Profile:
     """The profile of the traces of one or several runs, fitted as ``--script`` is
     (:func:`gansim.calibration.fit.measurements.fit_from_measurements`): compute from the smallest run,
     communication and core sharing from the larger ones."""
@@ -993,16 +1021,34 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
     if not first.cuda:
         log(f"the traces' host is taken to have {os.cpu_count() or 1} cores, as this one has (a trace does not "
             "record its host's cores): predicted ranks beyond them share cores")
+    batch, batch_known = _batch(smallest.batches, batch_size, log)
     provenance = Provenance(
         host=str(os.path.basename(first.path)), device=(first.device or "cuda") if first.cuda else "cpu",
         backend=first.backend, torch="", date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=f"trace:{os.path.basename(first.path)}", batch_size=1, cores=max(1, os.cpu_count() or 1),
+        model=f"trace:{os.path.basename(first.path)}", batch_size=batch, batch_known=batch_known, cores=max(1, os.cpu_count() or 1),
         mode=_sync_mode(largest.records, fit_buckets), threads=0, gansim_version=__version__, python=platform.python_version(),
         steps=smallest.n_steps, warmup=0, d_steps=max(1, statistics.mode(d_counts)),
         world_sizes=[r.world for r in figures], launcher="trace", source="trace", device_tflops=device_tflops,
         device_memory_bandwidth_GBps=device_memory_bandwidth_GBps)
     return Profile.model_validate({"schema": 1, "provenance": provenance.model_dump(),
                                    "measured": measured.model_dump(), "fit": fit})
+
+
+def _batch(found: list[int], given: Optional[int], log: Callable[[str], None]) -> tuple[int, bool]:
+    """(per-rank batch, whether it is known): the caller's, else the one most of the traced
+    forwards took."""
+    traced = collections.Counter(found).most_common(1)[0][0] if found else None
+    if given is not None:
+        if traced is not None and traced != given:
+            log(f"warning: --batch-size {given}, while the traced forwards' first layers took batches of {traced}: "
+                f"{given} is kept")
+        return given, True
+    if traced is None:
+        log("warning: the traces do not tell the per-rank batch (no input shapes: record_shapes=True shows them); "
+            "give --batch-size to predict other batch sizes from this profile")
+        return 1, False
+    log(f"per-rank batch {traced} (the input of the traced forwards' first layers)")
+    return traced, True
 
 
 def _sync_mode(records: Sequence[CollectiveRecord], buckets: Optional[dict]) -> str:
