@@ -210,12 +210,28 @@ def test_a_loop_that_steps_the_generator_first_names_its_networks_by_their_graph
     """G steps first in each iteration, with D's parameters frozen meanwhile: the generator is
     still the network whose backward ran through the other's layers (their saved weights), so
     G's phases and its DDP's bucket (816 float32 parameters) are named g, D's (433) d."""
-    script = Path(__file__).parent / "data" / "g_first_gan.py"
-    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
+    script = Path(__file__).parent / "data" / "gan_loops.py"
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (),
+                       script=ScriptSpec(str(script), ("g_first",)))["script"]
     assert result["d_steps"] == [1, 1, 1]
     buckets = gradient_buckets(summarize(result["collectives"], 3))
     assert buckets["generator"] == [4 * (8 * 32 + 32 + 32 * 16 + 16)]
     assert buckets["discriminator"] == [4 * (16 * 24 + 24 + 24 + 1)]
+
+
+def test_two_discriminators_are_d_steps_of_one_gan_step_without_markers():
+    """CycleGAN's three optimizers (both generators in one, a discriminator each): the
+    generators' is the one whose backward graph holds another's parameters, so each
+    training step is its G step and two D steps; the G step all-reduces both generators'
+    buckets (and the discriminators', which it leaves trainable), a D step D_A's."""
+    script = Path(__file__).parent / "data" / "gan_loops.py"
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (),
+                       script=ScriptSpec(str(script), ("two_discriminators",)))["script"]
+    assert result["d_steps"] == [2, 2, 2] and result["batch_size"] == 16
+    buckets = gradient_buckets(summarize(result["collectives"], 3))
+    generator, d_a, d_b = 16 * 32 + 32 + 32 * 16 + 16, 16 * 24 + 24 + 24 + 1, 16 * 20 + 20 + 20 + 1
+    assert sorted(buckets["generator"]) == sorted([4 * generator, 4 * generator, 4 * d_a, 4 * d_b])
+    assert buckets["discriminator"] == [4 * d_a]
 
 
 def test_the_graph_of_a_generators_loss_holds_the_discriminators_weights():

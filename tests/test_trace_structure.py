@@ -20,6 +20,7 @@ from gansim.cli.main import main
 from tests.cli_checks import run_bad
 
 SCRIPT = Path(__file__).parent / "data" / "wgan_gp_train.py"
+LOOPS = Path(__file__).parent / "data" / "gan_loops.py"  # GANs told apart by their gradients' paths
 CRITIC_STEPS = 5
 
 
@@ -520,8 +521,8 @@ def test_a_loop_that_steps_the_generator_first_names_its_networks_by_their_backw
     network whose backward read the other's weights (G's loss runs through D's layers), not
     the one that steps last; each ProfilerStep is one GAN step, G's phases first."""
     path = tmp_path / "g_first.json"
-    subprocess.run([sys.executable, str(Path(__file__).parent / "data" / "g_first_gan.py"), "--trace", str(path)],
-                   check=True, capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run([sys.executable, str(LOOPS), "g_first", "--trace", str(path)], check=True, capture_output=True,
+                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     trace = RankTrace(str(path), read_trace(str(path)))
     assert trace.step_windows() == [(s["ts"], _end(s)) for s in trace.steps] and len(trace.steps) == 4
     for lo, hi in trace.step_windows():
@@ -535,3 +536,20 @@ def test_a_loop_that_steps_the_generator_first_names_its_networks_by_their_backw
                 _tensor_shapes(e.get("args", {}).get("Input Dims"), read)
         assert (32, 8) in read and (24, 16) not in read
     assert import_traces([str(path)], overhead_s_per_event=0.0).provenance.d_steps == 1
+
+
+def test_two_discriminators_are_d_steps_of_the_generators_gan_step(tmp_path):
+    """CycleGAN's three optimizers (both generators, then a discriminator each): the backward
+    passes tell the generators' apart (they read both discriminators' weights), so each
+    ProfilerStep is one G step and two D steps, not a G step named after the last
+    discriminator."""
+    path = tmp_path / "two_d.json"
+    subprocess.run([sys.executable, str(LOOPS), "two_discriminators", "--trace", str(path)], check=True,
+                   capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trace = RankTrace(str(path), read_trace(str(path)))
+    assert trace.step_windows() == [(s["ts"], _end(s)) for s in trace.steps] and len(trace.steps) == 4
+    for lo, hi in trace.step_windows():
+        assert [name for name, _, _ in trace.phase_windows(lo, hi)] == [
+            "g_forward_s", "g_backward_s", "g_optimizer_s"] + ["d_forward_s", "d_backward_s", "d_optimizer_s"] * 2
+    profile = import_traces([str(path)], overhead_s_per_event=0.0)
+    assert (profile.provenance.d_steps, profile.provenance.batch_size) == (2, 16)

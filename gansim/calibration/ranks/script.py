@@ -239,11 +239,12 @@ class AutoPhases:
     one network's step; its backward is the time in ``backward()`` calls since the previous
     optimizer step, its optimizer phase the time from the last of them to the step's end
     (GradScaler's unscale and gradient clipping included), its forward the rest. Optimizers
-    are told apart by identity: with two, G is the one whose backward's autograd graph holds
-    the other's parameters (its loss is the discriminator's verdict, so its graph runs through
-    the discriminator's layers, which saved their weights, while the discriminator's stops at
-    the generator's detached output); where the graphs do not tell (both or neither hold the
-    other's), the one that steps last before the first to step steps again is G, the other D
+    are told apart by identity: of two or more, G is the one whose backward's autograd graph
+    holds another's parameters (its loss is the discriminator's verdict, so its graph runs
+    through the discriminator's layers, which saved their weights, while the discriminator's
+    stops at the generator's detached output), the others D (CycleGAN's two discriminators);
+    where the graphs do not tell (none or several hold another's), the one that steps last
+    before the first to step steps again is G, the others D
     (n D steps a G step: the usual WGAN loop); with one, every
     step is a one-network training step. A training step ends with G's optimizer step. Its
     FLOPs and bytes are not counted (the roofline needs marked phases). Generator steps in a
@@ -282,7 +283,7 @@ class AutoPhases:
     def backward_started(self, tensors: Any = None) -> float:
         self.depth += 1
         if self.depth == 1 and self.active:
-            if self.g is None and len(self.optimizers) == 2:
+            if self.g is None and len(self.optimizers) >= 2:
                 self.held |= graph_storage(tensors)
             _sync()
             if self.rec.open_name is None:
@@ -337,17 +338,16 @@ class AutoPhases:
         self.rec.step(self.batch_size, auto=True, at=at)
 
     def _generator_by_graph(self) -> Optional[int]:
-        """The optimizer whose backward graphs held the other's parameters while the other's
-        did not hold its: the generator's. None where that does not tell."""
-        if len(self.optimizers) != 2 or len(self.held_by) != 2 or not any(self.held_by.values()):
+        """The one optimizer whose backward graphs held another's parameters: the generator's
+        (with two discriminators, as CycleGAN trains them, both are D). None where that does
+        not tell (none or several did)."""
+        if len(self.held_by) != len(self.optimizers) or not any(self.held_by.values()):
             return None  # no backward() seen (a graph built by torch.autograd.grad alone, say)
         params = {key: {p.data_ptr() for group in opt.param_groups for p in group["params"]}
                   for key, opt in self.optimizers.items()}
-        a, b = self.held_by
-        a_holds_b, b_holds_a = bool(self.held_by[a] & params[b]), bool(self.held_by[b] & params[a])
-        if a_holds_b != b_holds_a:
-            return a if a_holds_b else b
-        return None
+        holders = [key for key, held in self.held_by.items()
+                   if any(held & params[other] for other in params if other != key)]
+        return holders[0] if len(holders) == 1 else None
 
     def why_not(self) -> str:
         """Why fewer steps were found than the optimizers stepped, for the error line."""

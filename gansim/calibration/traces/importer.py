@@ -534,18 +534,23 @@ class RankTrace:
         tensor shapes its operators read, record_shapes' Input Dims): the generator's is the
         one whose backward passes read the other's weights (_backward_through); where they do
         not tell, the one that steps in only some ProfilerSteps while the other steps in all;
-        where both step in every ProfilerStep, the one that steps last in most of them. Empty when the
-        trace does not tell two networks apart (no shapes, one network, or more than two)."""
+        where both step in every ProfilerStep, the one that steps last in most of them. Of more
+        than two networks (a generator and two discriminators, as CycleGAN trains them), only
+        the backward passes tell: G is the one whose backward reads the others' weights, every
+        other network's step is a D step. Empty when the trace does not tell the networks apart
+        (no shapes, one network, or more than two that the backward passes do not tell)."""
         per_step, shapes = self._profiled_optimizers, self._parameter_shapes
         kinds = set(shapes.values())
-        if len(kinds) != 2 or None in kinds:
+        if len(kinds) < 2 or None in kinds:
             return {}
+        through = self._backward_through(kinds)
+        if len(kinds) > 2:  # several discriminators (CycleGAN's two): each of their steps is a D step
+            return {} if through is None else {key: "g" if kind == through else "d" for key, kind in shapes.items()}
         first, second = sorted(kinds, key=lambda k: min(o["ts"] for opts in per_step for o in opts
                                                          if shapes[id(o)] == k))
         present = [{shapes[id(o)] for o in opts} for opts in per_step]
         in_all = [k for k in (first, second) if all(k in p for p in present)]
         counts = {k: sum(1 for v in shapes.values() if v == k) for k in (first, second)}
-        through = self._backward_through(first, second)
         if through is not None:
             g = through
         elif len(in_all) == 1:
@@ -557,17 +562,17 @@ class RankTrace:
             g = first if last.count(first) > last.count(second) else second
         return {key: "g" if kind == g else "d" for key, kind in shapes.items()}
 
-    def _backward_through(self, first: frozenset, second: frozenset) -> Optional[frozenset]:
+    def _backward_through(self, kinds: set) -> Optional[frozenset]:
         """The generator's parameters, where the backward passes tell: the generator's loss is
-        the discriminator's verdict on its output, so its backward runs through the
-        discriminator's layers and reads their weights (a convolution's or matrix product's
-        gradient with respect to its input needs the weight, whether or not the weight wants a
-        gradient itself), while the discriminator's backward stops at the generator's detached
-        output. So the network whose backward passes read most of the other's own weights (the
-        shapes of two or more dimensions only it has) is G; None where the backward passes do
-        not tell (both or neither read the other's, no weights of their own)."""
+        the discriminators' verdict on its output, so its backward runs through their layers
+        and reads their weights (a convolution's or matrix product's gradient with respect to
+        its input needs the weight, whether or not the weight wants a gradient itself), while a
+        discriminator's backward stops at the generator's detached output. So the one network
+        whose backward passes read most of another's own weights (the shapes of two or more
+        dimensions only that one's optimizer updates) is G; None where the backward passes do
+        not tell (no network or several read another's, a network has no weights of its own)."""
         shapes = self._parameter_shapes
-        read: dict[frozenset, set] = {first: set(), second: set()}
+        read: dict[frozenset, set] = {kind: set() for kind in kinds}
         in_backward = _Spans(e for e in self.host if _is_autograd(e))
         starts = [e["ts"] for e in self.host]
         for (lo, _), opts in zip(self._profiled, self._profiled_optimizers):
@@ -579,16 +584,14 @@ class RankTrace:
                 lo = _end(opt)
         for found in read.values():  # a matrix product may read a weight transposed
             found |= {shape[::-1] for shape in found if len(shape) == 2}
-
-        def share_read(net: frozenset, other: frozenset) -> Optional[float]:
-            weights = {shape for shape in other - net if len(shape) >= 2}
-            return len(weights & read[net]) / len(weights) if weights else None
-        shares = {net: share_read(net, other) for net, other in ((first, second), (second, first))}
-        if None in shares.values():
+        everyone_else = {kind: frozenset().union(*(k for k in kinds if k != kind)) for kind in kinds}
+        weights = {kind: {shape for shape in kind - everyone_else[kind] if len(shape) >= 2} for kind in kinds}
+        if not all(weights.values()):
             return None
-        g = max(shares, key=lambda k: shares[k] or 0.0)
-        other = second if g == first else first
-        return g if (shares[g] or 0.0) > 0.5 >= (shares[other] or 0.0) else None
+        reads_another = [net for net in kinds
+                         if any(len(weights[other] & read[net]) > 0.5 * len(weights[other])
+                                for other in kinds if other != net)]
+        return reads_another[0] if len(reads_another) == 1 else None
 
     @cached_property
     def _profiled_optimizers(self) -> list[list[dict]]:
