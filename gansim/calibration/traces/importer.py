@@ -574,7 +574,7 @@ class RankTrace:
         shapes = self._parameter_shapes
         read: dict[frozenset, set] = {kind: set() for kind in kinds}
         in_backward = _Spans(e for e in self.host if _is_autograd(e))
-        starts = [e["ts"] for e in self.host]
+        starts = self._host_starts
         for (lo, _), opts in zip(self._profiled, self._profiled_optimizers):
             for opt in opts:
                 found = read[shapes[id(opt)]]
@@ -594,6 +594,11 @@ class RankTrace:
         return reads_another[0] if len(reads_another) == 1 else None
 
     @cached_property
+    def _host_starts(self) -> list[float]:
+        """The host events' start times, in their order (for bisecting a window)."""
+        return [e["ts"] for e in self.host]
+
+    @cached_property
     def _profiled_optimizers(self) -> list[list[dict]]:
         """The optimizer steps of each of the profiled windows (_profiled)."""
         return [self.optimizer_steps(lo, hi) for lo, hi in self._profiled]
@@ -602,13 +607,11 @@ class RankTrace:
     def _parameter_shapes(self) -> dict[int, Optional[frozenset]]:
         """Per optimizer step (by id), the shapes of the tensors its operators read: its
         parameters' and their state's (None without record_shapes)."""
-        starts = [e["ts"] for e in self.host]
+        starts = self._host_starts
         out: dict[int, Optional[frozenset]] = {}
         for opt in (o for opts in self._profiled_optimizers for o in opts):
             found: set = set()
-            for e in self.host[bisect.bisect_left(starts, opt["ts"]):]:
-                if e["ts"] > _end(opt):
-                    break
+            for e in self.host[bisect.bisect_left(starts, opt["ts"]):bisect.bisect_right(starts, _end(opt))]:
                 if (e is not opt and e.get("cat") == "cpu_op" and e.get("tid") == opt.get("tid")
                         and _inside(e, opt["ts"], _end(opt))):
                     _tensor_shapes(e.get("args", {}).get("Input Dims"), found)
@@ -730,10 +733,9 @@ class RankTrace:
     def batch_in(self, lo: float, hi: float) -> Optional[int]:
         """The per-rank batch a forward in [lo, hi] takes: the first dimension of the input of
         its first layer (the first linear or convolution operator); None without shapes."""
-        for e in self.host:
-            if e["ts"] >= hi:
-                break
-            if e["ts"] >= lo and e["name"] in _BATCH_OPERATORS:
+        for k in range(bisect.bisect_left(self._host_starts, lo), bisect.bisect_left(self._host_starts, hi)):
+            e = self.host[k]
+            if e["name"] in _BATCH_OPERATORS:
                 dims = e.get("args", {}).get("Input Dims")
                 first = dims[0] if isinstance(dims, list) and dims else None
                 if (isinstance(first, list) and len(first) >= 2 and isinstance(first[0], int)
