@@ -80,8 +80,8 @@ def graph_storage(roots: Any, limit: int = 200_000) -> set[int]:
                     continue
         for value in values:
             for tensor in (value if isinstance(value, (tuple, list)) else (value,)):
-                if isinstance(tensor, torch.Tensor) and tensor.data_ptr():
-                    held.add(tensor.data_ptr())
+                if isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and tensor.data_ptr():
+                    held.add(tensor.data_ptr())  # (a sparse or nested tensor has no one pointer)
         stack.extend(fn for fn, _ in node.next_functions)
     return held
 
