@@ -198,6 +198,8 @@ def test_a_trace_without_shapes_does_not_know_its_batch_until_told(tmp_path, cap
     assert not load_profile(out).provenance.batch_known
     assert main(["predict", "--profile", str(out), "--world-sizes", "1,2"]) == 0
     assert "batch unknown per rank" in capsys.readouterr().out
+    assert main(["predict", "--profile", str(out), "--world-sizes", "1,2", "--json"]) == 0
+    assert [p["per_gpu_batch"] for p in json.loads(capsys.readouterr().out)["predictions"]] == [None, None]
     line = run_bad(capsys, ["predict", "--profile", str(out), "--world-sizes", "1,2", "--per-gpu-batch", "64"])
     assert "--per-gpu-batch" in line and "--batch-size" in line
     scenario = tmp_path / "s.yaml"

@@ -212,12 +212,15 @@ class PredictionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What `gansim predict --json` prints."""
-        return {"profile": self.profile, "predictions": [self._prediction(p) for p in self.predictions]}
+        known = self.provenance.batch_known
+        return {"profile": self.profile, "predictions": [self._prediction(p, known) for p in self.predictions]}
 
     @staticmethod
-    def _prediction(p: "Prediction") -> dict[str, Any]:
+    def _prediction(p: "Prediction", batch_known: bool = True) -> dict[str, Any]:
         record = p.record.to_dict()
-        return {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
+        # a profile that does not know its batch (a trace without shapes) predicts at it: null
+        return {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch if batch_known else None,
+                "step_time_s": p.step_time_s,
                 "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
                 "breakdown": record["breakdown"], "bottleneck": record["bottleneck"],
                 **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}
