@@ -484,7 +484,14 @@ class RankTrace:
     def gpu_seconds(self, lo: float, hi: float, math_only: bool = False) -> float:
         """GPU stream time of the work launched in [lo, hi) (NCCL's kernels aside); with
         ``math_only``, of the work the math operators launched."""
-        return sum(seconds for at, seconds, math in self.gpu_work if lo <= at < hi and (math or not math_only))
+        launches = self._gpu_launches
+        within = self.gpu_work[bisect.bisect_left(launches, lo):bisect.bisect_left(launches, hi)]
+        return sum(seconds for _, seconds, math in within if math or not math_only)
+
+    @cached_property
+    def _gpu_launches(self) -> list[float]:
+        """When each of gpu_work's kernels was launched, in order (for bisecting a window)."""
+        return [at for at, _, _ in self.gpu_work]
 
     def step_windows(self) -> list[tuple[float, float]]:
         """The training steps: the ProfilerSteps when each holds one GAN step (generator
@@ -543,23 +550,23 @@ class RankTrace:
         kinds = set(shapes.values())
         if len(kinds) < 2 or None in kinds:
             return {}
-        through = self._backward_through(kinds)
-        if len(kinds) > 2:  # several discriminators (CycleGAN's two): each of their steps is a D step
-            return {} if through is None else {key: "g" if kind == through else "d" for key, kind in shapes.items()}
-        first, second = sorted(kinds, key=lambda k: min(o["ts"] for opts in per_step for o in opts
-                                                         if shapes[id(o)] == k))
-        present = [{shapes[id(o)] for o in opts} for opts in per_step]
-        in_all = [k for k in (first, second) if all(k in p for p in present)]
-        counts = {k: sum(1 for v in shapes.values() if v == k) for k in (first, second)}
-        if through is not None:
-            g = through
-        elif len(in_all) == 1:
-            g = second if in_all[0] == first else first
-        elif not self.steps and counts[first] != counts[second]:  # no schedule: D steps at least as often
-            g = min((first, second), key=counts.__getitem__)
-        else:
-            last = [shapes[id(opts[-1])] for opts in per_step if opts]
-            g = first if last.count(first) > last.count(second) else second
+        g = self._backward_through(kinds)
+        if g is None and len(kinds) > 2:  # only the backward passes tell G among several discriminators
+            return {}
+        if g is None:
+            first, second = sorted(kinds, key=lambda k: min(o["ts"] for opts in per_step for o in opts
+                                                             if shapes[id(o)] == k))
+            present = [{shapes[id(o)] for o in opts} for opts in per_step]
+            in_all = [k for k in (first, second) if all(k in p for p in present)]
+            counts = {k: sum(1 for v in shapes.values() if v == k) for k in (first, second)}
+            if len(in_all) == 1:
+                g = second if in_all[0] == first else first
+            elif not self.steps and counts[first] != counts[second]:  # no schedule: D steps at least as often
+                g = min((first, second), key=counts.__getitem__)
+            else:
+                last = [shapes[id(opts[-1])] for opts in per_step if opts]
+                g = first if last.count(first) > last.count(second) else second
+        # with several discriminators (CycleGAN's two), each of their steps is a D step
         return {key: "g" if kind == g else "d" for key, kind in shapes.items()}
 
     def _backward_through(self, kinds: set) -> Optional[frozenset]:
@@ -1023,7 +1030,7 @@ def _profile_from(runs: dict[int, list[RankTrace]], overhead_s_per_event: float,
             log(f"warning: {tensor_cores:.0%} of the math kernels' time ran on tensor cores (TF32, FP16 or BF16, by "
                 "their names), while the roofline's peaks are FP32 (tflops): moved to another GPU, they are scaled "
                 "by the FP32 ratio")
-    if not first.cuda:
+    else:
         log(f"the traces' host is taken to have {os.cpu_count() or 1} cores, as this one has (a trace does not "
             "record its host's cores): predicted ranks beyond them share cores")
     batch, batch_known = _batch(smallest.batches, batch_size, log)
