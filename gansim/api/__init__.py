@@ -200,8 +200,9 @@ class PredictionResult:
         profile: The profile file (or `<Profile>` for a profile given as an object).
         provenance: What the profile was measured from (model, batch size per rank, mode, device).
         predictions: One per world size asked for, in increasing order: `world_size`,
-            `per_gpu_batch`, `step_time_s`, `speedup`, `band` (the range from what is known of
-            the prediction's error), `record` (the simulated run's figures) and
+            `per_gpu_batch` (None where the profile does not know its batch), `step_time_s`,
+            `speedup`, `band` (the range from what is known of the prediction's error),
+            `record` (the simulated run's figures) and
             `compute_scaled_from` (the roofline that moved the compute to another device,
             or None).
     """
@@ -212,15 +213,12 @@ class PredictionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What `gansim predict --json` prints."""
-        known = self.provenance.batch_known
-        return {"profile": self.profile, "predictions": [self._prediction(p, known) for p in self.predictions]}
+        return {"profile": self.profile, "predictions": [self._prediction(p) for p in self.predictions]}
 
     @staticmethod
-    def _prediction(p: "Prediction", batch_known: bool = True) -> dict[str, Any]:
+    def _prediction(p: "Prediction") -> dict[str, Any]:
         record = p.record.to_dict()
-        # a profile that does not know its batch (a trace without shapes) predicts at it: null
-        return {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch if batch_known else None,
-                "step_time_s": p.step_time_s,
+        return {"world_size": p.world_size, "per_gpu_batch": p.per_gpu_batch, "step_time_s": p.step_time_s,
                 "speedup": p.speedup, **({"band": p.band.as_dict()} if p.band else {}),
                 "breakdown": record["breakdown"], "bottleneck": record["bottleneck"],
                 **({"compute_scaled_from": p.compute_scaled_from} if p.compute_scaled_from else {})}

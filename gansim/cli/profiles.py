@@ -73,7 +73,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         assert b is not None
         band = p.band
         assert band is not None
-        batch = f"{p.per_gpu_batch:.4g}" if provenance.batch_known else "-"
+        batch = "-" if p.per_gpu_batch is None else f"{p.per_gpu_batch:.4g}"
         print(f"{p.world_size:>5} {batch:>8} {p.step_time_s * 1e3:>10.3f} "
               f"{band.low_s * 1e3:>10.3f}-{band.high_s * 1e3:<10.3f} {p.speedup:>8.3f} "
               f"{band.speedup_low:>7.3f}-{band.speedup_high:<7.3f}  {b.resource} ({b.utilization:.0%})", file=human)

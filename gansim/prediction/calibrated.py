@@ -125,6 +125,7 @@ def profile_topology(profile: Profile, ranks: int, world_size: int | None = None
     bandwidth_GBps = min(1.0 / fit.beta_s_per_byte / 1e9 / slower, MAX_BANDWIDTH_GBps) if fit.beta_s_per_byte > 0 \
         else MAX_BANDWIDTH_GBps
     prov = profile.provenance
+    named = {"name": f"calibrated-{prov.host}", "description": f"{prov.device} calibrated {prov.date}"}
     if not prov.on_cpu:
         # GPU ranks: their collectives' kernels run beside their compute, not on a core that
         # computes too; rank to rank through two hops of a switch whose latencies add up to
@@ -133,15 +134,14 @@ def profile_topology(profile: Profile, ranks: int, world_size: int | None = None
                    **({"memory_bandwidth_GBps": prov.device_memory_bandwidth_GBps}
                       if prov.device_memory_bandwidth_GBps else {})}
         return topology_from_dict({
-            "name": f"calibrated-{prov.host}", "description": f"{prov.device} calibrated {prov.date}",
+            **named,
             "nodes": [{"id": f"gpu{i}", "kind": "gpu", **figures} for i in range(ranks)] + [
                 {"id": "switch", "kind": "switch"}],
             "links": [{"a": f"gpu{i}", "b": "switch", "kind": "net", "bandwidth_GBps": bandwidth_GBps,
                        "latency_us": fit.alpha_s / 2 * 1e6} for i in range(ranks)],
         }, "profile")
     return topology_from_dict({
-        "name": f"calibrated-{profile.provenance.host}",
-        "description": f"{profile.provenance.device} calibrated {profile.provenance.date}",
+        **named,
         "generator": "cpu_host",
         "params": {"ranks": ranks, "cores": profile.provenance.cores, "bandwidth_GBps": bandwidth_GBps,
                    "latency_us": fit.alpha_s / 2 * 1e6 * slower},
@@ -156,7 +156,7 @@ class Prediction:
     record: RunRecord
     # the roofline that moved the compute to the target device (None: same device)
     compute_scaled_from: dict[str, Any] | None = None
-    per_gpu_batch: float = 0.0
+    per_gpu_batch: float | None = 0.0  # None where the profile does not know its batch
     # the range the step time's known errors give (gansim/prediction/bands.py)
     band: StepBand | None = None
 
@@ -240,6 +240,9 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         source = measured_device(profile, measured_tflops, measured_memory_bandwidth_GBps)
         phases, scaled_from = scale_phases(phases, profile.measured.phase_costs, source, target)
     options = TrainingOptions(**profile_options(profile))
+    # on the profile's own machine the fitted all-reduce cost predicts the communication (and
+    # ranks that outnumber its cores are slowed); on a topology, the network model does
+    own_machine = given_topology is None and timings is None
     records: dict[int, RunRecord] = {}
     batches: dict[int, float] = {}
     for w in sizes:
@@ -247,14 +250,9 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
         # ranks on GPUs of their own share no cores
         factor = sharing_factor(profile, w) if target is None else 1.0
         step_phases = phases_at_batch(profile, phases, batches[w]).slowed(factor)
-        machine = unshared
-        if given_topology is None and timings is None:
-            machine = oversubscribed_host(profile, max(sizes), w) or unshared
+        machine = (oversubscribed_host(profile, max(sizes), w) if own_machine else None) or unshared
         records[w] = simulate_profile_point(profile, machine, w, algorithm, options, workload, step_phases)
     t1 = records[1].step_time_s
-    # on the profile's own machine the fitted all-reduce cost predicts the communication;
-    # on a topology, the network model does
-    own_machine = given_topology is None and timings is None
     predictions = []
     for w in sorted(set(world_sizes)):
         speedup = w * batches[w] / batches[1] * t1 / records[w].step_time_s
@@ -263,7 +261,8 @@ def predict(profile: Profile, world_sizes: list[int], topology: Topology | None 
             band = record_band(records[w], speedup, calibration_spread(profile),
                                size_band(gradient_message_sizes(workload, options)),
                                fit_error(profile) if own_machine else None)
-        predictions.append(Prediction(w, records[w].step_time_s, speedup, records[w], scaled_from, batches[w], band))
+        batch = batches[w] if profile.provenance.batch_known else None
+        predictions.append(Prediction(w, records[w].step_time_s, speedup, records[w], scaled_from, batch, band))
     return predictions
 
 

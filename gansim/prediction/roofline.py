@@ -137,13 +137,13 @@ def scale_phases(phases: StepPhases, costs: Mapping[str, PhaseCost], measured: D
         seconds = getattr(phases, name)
         if seconds == 0:
             continue
-        bound, ratio = phase_scaling(costs.get(name), measured, target, name)
+        cost = costs.get(name)
+        bound, ratio = phase_scaling(cost, measured, target, name)
         changes[name] = seconds * ratio
         before += seconds
         after += seconds * ratio
         report["phases"][name] = {"bound": bound, "ratio": ratio}
-        share = getattr(costs.get(name), "math_share", None)
-        if share is not None:
-            report["phases"][name]["math_share"] = share
+        if cost is not None and cost.math_share is not None:
+            report["phases"][name]["math_share"] = cost.math_share
     report["ratio"] = after / before if before > 0 else 1.0
     return replace(phases, **changes), report
