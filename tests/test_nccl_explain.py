@@ -12,7 +12,7 @@ from gansim.collectives.nccl_tuning import ALGORITHMS, PROTOCOLS, algo_time_us
 from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
-FIELDS = {"chosen", "runner_up", "runner_up_loss", "channels", "comm_channels", "threads", "latency_us",
+FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "channels", "comm_channels", "threads", "latency_us",
           "latency_share", "proxy_us", "bandwidth_share", "bound_by", "sentence"}
 
 
@@ -160,3 +160,13 @@ def test_json_without_explain_is_unchanged(capsys):
 def test_explain_needs_the_nccl_algorithm(capsys):
     line = run_bad(capsys, ["nccl-tests", "dgx-a100", "-g", "8", "--algorithm", "ring", "--explain"])
     assert "--explain" in line and "--algorithm nccl" in line
+
+
+def test_nccl_2_4_says_it_chose_by_thresholds(capsys):
+    """NCCL 2.4 had no tuning model: the explanation says the choice came from its thresholds
+    (and that the runner-up's figure is 2.5's), where later releases compare by time."""
+    (old,), _ = explained(capsys, ["dgx1-v100", "-g", "8", "-b", "64K", "-e", "64K", "--nccl-version", "2.4.6"])
+    (new,), _ = explained(capsys, ["dgx1-v100", "-g", "8", "-b", "64K", "-e", "64K", "--nccl-version", "2.5.7"])
+    assert old["explain"]["chosen_by"] == "thresholds" and new["explain"]["chosen_by"] == "model"
+    assert "NCCL 2.4's size thresholds" in old["explain"]["sentence"]
+    assert "thresholds" not in new["explain"]["sentence"]

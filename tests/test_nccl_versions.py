@@ -79,7 +79,7 @@ def test_a_topology_or_scenario_names_its_version_and_the_options_win():
     assert era_for(None) is NEWEST
 
 
-@pytest.mark.parametrize("bad", ["2.6.4", "3.0", "2.31.1", "latest", "2..1"])
+@pytest.mark.parametrize("bad", ["2.3.7", "3.0", "2.31.1", "latest", "2..1"])
 def test_a_version_the_model_does_not_follow_is_one_line(bad, tmp_path, capsys):
     with pytest.raises(ValueError):
         TrainingOptions(nccl_version=bad)
@@ -87,7 +87,7 @@ def test_a_version_the_model_does_not_follow_is_one_line(bad, tmp_path, capsys):
         h100_box(nccl_version=bad)
     assert main(["nccl-tests", "dgx-a100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-version", bad]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--nccl-version" in err[0] and "allowed: 2.12 to 2.30.7" in err[0]
+    assert len(err) == 1 and "--nccl-version" in err[0] and "allowed: 2.4 to 2.30.7" in err[0]
 
 
 def test_nccl_tests_prints_the_release_it_models(capsys):
@@ -101,3 +101,107 @@ def test_a_version_written_as_a_yaml_number_is_refused_with_the_way_out(tmp_path
     assert main(["nccl-tests", str(tmp_path / "box.yaml"), "-g", "8", "-b", "1M", "-e", "1M"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nccl_version" in err[0] and "in quotes" in err[0]
+
+
+def _ring_ll128(version: str, box: str = "dgx1-v100", gpus: int = 8):
+    machine = NcclMachine.build(load_topology(box), gpus)
+    return machine, tune(machine, era_for(version)).entry("all_reduce", "ring", "LL128")
+
+
+def test_ll128_before_2_10_is_capped_per_collective_as_each_release_wrote_it():
+    """tuning.cc v2.6.4-1: "busBw = std::min(busBw*120.0/128.0, ll128MaxBw[coll])" with
+    ll128MaxBw[AllReduce] = 100 GB/s for all channels, baseLat ring LL128 3.6 us and hwLat
+    NVLink ring LL128 2.5 us; v2.7.8-1: "busBw * 0.92" under ll128MaxBwPerCh[AllReduce] = 16.7
+    per channel, baseLat 10.0 and hwLat 1.9 us. Bus to algorithm bandwidth: nRanks / nsteps."""
+    machine, entry = _ring_ll128("2.6.4")
+    graph_bus, ratio, nsteps = machine.ring.channels * machine.ring.bw_intra, 8 / 14, 14
+    assert entry.bandwidth_GBps == pytest.approx(min(graph_bus * 120 / 128, 100.0) * ratio)
+    assert entry.latency_us == pytest.approx(3.6 + nsteps * 2.5)
+    _, entry = _ring_ll128("2.7.8")
+    assert entry.bandwidth_GBps == pytest.approx(min(graph_bus * 0.92, 16.7 * machine.ring.channels) * ratio)
+    assert entry.latency_us == pytest.approx(10.0 + nsteps * 1.9)
+    _, entry = _ring_ll128("2.9.9")
+    assert entry.bandwidth_GBps == pytest.approx(min(graph_bus * 0.92, 16.9 * machine.ring.channels) * ratio)
+
+
+@pytest.mark.parametrize("version", ["2.5.7", "2.6.4"])
+def test_ll128_is_never_chosen_on_ampere_before_2_7(version):
+    """v2.6.4-1 enables LL128 by default "only on Volta+NVLink" (minCompCap == maxCompCap == 70);
+    v2.7.3-1 adds Ampere (80)."""
+    box = load_topology("dgx-a100")
+    assert "LL128" not in [choose(tune(NcclMachine.build(box, 8), era_for(version)), "all_reduce", n).protocol
+                           for n in (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 1 * GiB)]
+    _, entry = _ring_ll128("2.7.8", "dgx-a100")
+    assert entry.bandwidth_GBps > 0
+
+
+def test_a_ring_across_nodes_before_2_7_counts_every_step_at_the_network_hop():
+    """v2.6.4-1: "comm->latencies[coll][a][p] += nsteps*lat" with lat = hwLat[NET][RING][p]
+    (Simple 6.6 us, baseLat 8.4) on more than one node; no "plateau effect" yet. v2.7.8-1
+    splits the steps: 2 (nNodes - 1) at hwLat[NET] (9.6), the rest at the intra hop."""
+    two = topology_from_dict({"name": "two", "generator": "multi_node", "params": {
+        "nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nic_bandwidth_GBps": 25.0}},
+        "test")
+    machine = NcclMachine.build(two, 16)
+    old, new = (tune(machine, era_for(v)) for v in ("2.6.4", "2.7.8"))
+    nsteps = 2 * 15
+    assert old.entry("all_reduce", "ring", "Simple").latency_us == pytest.approx(8.4 + nsteps * 6.6)
+    intra = 3.4 if machine.ring.type_intra <= 1 else 5.7
+    assert new.entry("all_reduce", "ring", "Simple").latency_us == pytest.approx(8.4 + 2 * 9.6 + (nsteps - 2) * intra)
+    from gansim.collectives.nccl_tuning import algo_latency_us
+    assert algo_latency_us(old, "all_reduce", "ring", "Simple", 1 * GiB) == old.entry(
+        "all_reduce", "ring", "Simple").latency_us
+    assert algo_latency_us(new, "all_reduce", "ring", "Simple", 1 * GiB) == pytest.approx(
+        1.9 * new.entry("all_reduce", "ring", "Simple").latency_us)
+
+
+def test_nccl_2_4_chooses_by_its_thresholds_and_never_ll128():
+    """NCCL 2.4 had no tuning model (v2.4.8-1). init.cc ncclTreeThreshold: over NVLink a tree on
+    two nodes is rated 2 x 3/4 of the ring's bandwidth, faster, so every all-reduce runs on
+    the tree. enqueue.cc getKernelInfo: LL up to nChannels x nThreads x nRanks (chunks per
+    loop of a ring) x threadThreshold, with nThreads grown from 64 by doubling (to 256) while
+    a thread has more than 8 bytes a chunk, nChannels up to DIVUP(bytes, nThreads x nRanks x
+    8), threadThreshold 64 x 2 on Volta (ncclThreadThreshold doubles it for any node count)."""
+    from gansim.collectives.nccl_tuning import tree_threshold_2_4
+    from gansim.prediction.published import load_published
+
+    (p3dn,) = load_published("aws-p3dn-v100-2node-efa")
+    machine = NcclMachine.build(p3dn.topology(), 16)
+    tuning = tune(machine, era_for("2.4.6"))
+    assert tree_threshold_2_4(machine) == float("inf")
+    sizes = [64 * KiB, 1 * MiB, 16 * MiB, 1 * GiB]
+    assert {choose(tuning, "all_reduce", n).algorithm for n in sizes} == {"tree"}
+    channels = machine.comm_channels
+    ll_limit = min(channels, -(-(1 * MiB) // (256 * 16 * 8))) * 256 * 16 * 128  # nThreads 256 from 8 KiB
+    ring = [choose(tuning, "all_reduce", n, algo="ring") for n in (ll_limit, ll_limit + 4096)]
+    assert [c.protocol for c in ring] == ["LL", "Simple"]
+    assert ring[1].channels == channels
+    assert all(choose(tuning, c, n).protocol != "LL128" for c in ("all_reduce", "all_gather") for n in sizes)
+
+
+def test_nccl_2_4_keeps_short_all_reduces_on_the_ring_across_four_nodes():
+    """ncclTreeThreshold on 4 NVLink nodes of 8: the tree is rated 3/4 of the ring, so it takes
+    sizes up to ringBw x treeBw / (ringBw - treeBw) x (ringLat - treeLat), with the ring's
+    latency 6 us x 31 steps and the tree's 15 us x log2(4) + 4 us x 7."""
+    from gansim.collectives.nccl_tuning import tree_threshold_2_4
+
+    four = topology_from_dict({"name": "four", "generator": "multi_node", "params": {
+        "nodes": 4, "gpus_per_node": 8, "intra": "dgx1", "nic_bandwidth_GBps": 12.5}}, "test")
+    machine = NcclMachine.build(four, 32)
+    ring_bw = 5000.0 * machine.comm_channels
+    assert tree_threshold_2_4(machine) == pytest.approx(ring_bw * 0.75 / 0.25 * (6 * 31 - (15 * 2 + 4 * 7)))
+
+
+def test_ll_rings_of_one_node_other_than_all_reduce_get_a_third_from_2_7_to_2_20():
+    """tuning.cc v2.7.8-1 ... v2.20.5-1: "busBw * ((nNodes > 1 || coll == AllReduce || coll ==
+    Reduce) ? 1.0/4.0 : 1.0/3.0)"; v2.6.4-1: 1/4 for every collective; v2.21.5-1: .5."""
+    machine = NcclMachine.build(load_topology("paper-gtx1080ti-pcie"), 4)
+
+    def bus(version: str, coll: str) -> float:
+        entry = tune(machine, era_for(version)).entry(coll, "ring", "LL")
+        nsteps = 2 * 3 if coll == "all_reduce" else 3
+        return entry.bandwidth_GBps * nsteps / 4  # algorithm to bus bandwidth
+
+    for version, share in (("2.6.4", 1 / 4), ("2.7.8", 1 / 3), ("2.20.5", 1 / 3), ("2.21.5", 1 / 2)):
+        assert bus(version, "all_gather") / bus(version, "all_reduce") == pytest.approx(
+            share / (1 / 2 if version == "2.21.5" else 1 / 4)), version

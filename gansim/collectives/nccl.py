@@ -44,8 +44,10 @@ from gansim.collectives.nccl_tuning import (
     Tuning,
     algo_latency_us,
     choose,
+    ll128_cap,
     pipeline_fill_us,
     proxy_serial_us,
+    ring_ll_bus,
     tree_correction,
     tune,
 )
@@ -124,7 +126,7 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
         flows = _ring_flows(cluster, machine, coll, nbytes, choice, kernels)
     elif a == "tree":
         # NCCL's bus bandwidth for a tree, with its correction at medium sizes (tuning.cc)
-        kernels = entry.bandwidth_GBps / 0.5 * fraction * tree_correction(coll, a, p, nbytes)
+        kernels = entry.bandwidth_GBps / 0.5 * fraction * tree_correction(tuning.era, coll, a, p, nbytes)
         flows = _tree_flows(cluster, machine, nbytes, choice, kernels)
     else:
         kernels = entry.bandwidth_GBps  # algorithm bandwidth: NVLS flows carry the buffer once
@@ -142,9 +144,9 @@ def _ring_kernels(state: NcclState, coll: str, proto: str, fraction: float) -> f
     machine, tuning = state.machine, state.tuning
     graph_bus = machine.ring.channels * (machine.ring.bw_intra if machine.node_count <= 2 else machine.ring.bw_inter)
     if proto == LL:
-        return min(tuning.ll_max_bw, fraction * graph_bus * tuning.era.ll_ring_factor)
+        return ring_ll_bus(tuning.era, coll, machine.node_count, tuning.ll_max_bw, fraction * graph_bus)
     if proto == LL128:
-        return fraction * machine.ring.channels * tuning.per_channel_max_ring_ll128_bw
+        return fraction * ll128_cap(tuning.era, coll, machine.ring.channels, tuning.per_channel_max_ring_ll128_bw)
     return fraction * graph_bus if fraction < 1 else float("inf")
 
 

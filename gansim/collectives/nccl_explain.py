@@ -82,6 +82,9 @@ class Explanation:
     # of latency_us, the proxy thread's posts channel after channel at the network crossings
     # (nccl_tuning.proxy_serial_us)
     proxy_us: float = 0.0
+    # how NCCL chose: "model" (its tuning model's fastest) or "thresholds" (2.4, which had no
+    # model: the runner-up's loss is then by 2.5's figures and may be below zero)
+    chosen_by: str = "model"
 
     @property
     def latency_share(self) -> float:
@@ -116,7 +119,9 @@ class Explanation:
         if self.runner_up is None:
             parts.append("no runner-up allowed")
         else:
-            parts.append(f"runner-up {self.runner_up.algorithm}/{self.runner_up.protocol} +{100 * loss:.0f} %")
+            parts.append(f"runner-up {self.runner_up.algorithm}/{self.runner_up.protocol} {100 * loss:+.0f} %")
+        if self.chosen_by == "thresholds":
+            parts.append("chosen by NCCL 2.4's size thresholds, timed by the 2.5 model's figures")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +134,7 @@ class Explanation:
             "chosen": contender(self.chosen),
             "runner_up": contender(self.runner_up),
             "runner_up_loss": self.runner_up_loss,
+            "chosen_by": self.chosen_by,
             "channels": self.channels,
             "comm_channels": self.comm_channels,
             "threads": self.threads,
@@ -167,6 +173,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         time_us=seconds * 1e6,
         bound_by=bottleneck(cluster, state, chosen_plan),
         proxy_us=proxy_serial_us(state.tuning, coll, choice.algorithm, choice.channels, dtree_parent),
+        chosen_by=state.tuning.era.choice,
     )
 
 

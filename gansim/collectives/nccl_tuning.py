@@ -14,30 +14,21 @@ registered-buffer policy (NCCL_CTA_POLICY_EFFICIENCY), POWER CPUs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PXB, PATH_PXN, Graph, NcclMachine
-from gansim.collectives.nccl_versions import NEWEST, NcclEra, arch_row, table_row
+from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PIX, PATH_PXB, PATH_PXN, Graph, NcclMachine
+from gansim.collectives.nccl_versions import AMPERE, NEWEST, NcclEra, arch_row, table_row
 
 ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree")
 PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 LL, LL128, SIMPLE = PROTOCOLS
 
-# tuning.cc: "Trees are not perfectly sticking to the model for medium sizes": per protocol,
-# powers of two from 64 B
-TREE_CORRECTION = (
-    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-)
 # tuning.cc protocol and algorithm factors on a graph's bandwidth
-LL128_RING_FACTOR = 0.92  # "busBw * (0.92 /*120.0/128.0*/)"
-TREE_FACTOR = 0.92  # "if (a == TREE && coll == AllReduce) busBw = min(busBw * .92, ...)"
-TREE_LL_DIVISOR = 3.8  # "if (a == TREE && p == LL) busBw = min(busBw * 1.0 / 3.8, llMaxBw)"
-TREE_LL128_FACTOR_ONE_NODE, TREE_LL128_FACTOR = 7.0 / 9.0, 120.0 / 128.0
+TREE_LL128_FACTOR_ONE_NODE = 7.0 / 9.0  # "busBw * (nNodes == 1 ? 7.0/9.0 : ...)" in every era
 RING_PLATEAU = (1.9, 1.4)  # ncclTopoGetAlgoTime: ring Simple multi-node latency, before / from Ampere
 OLD_PLATEAU_BYTES_PER_RANK = 65536 / 16.0  # before 2.18: "nBytes >= nRanks/16.0*65536"
 # getNetOverhead, us: Intel 1.0, AMD 2.0, x3 for Simple
@@ -126,17 +117,19 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                 if cap in era.bus_caps and algo in ("ring", "tree"):
                     bus = min(bus, era.bus_caps[cap])
                 if algo == "ring" and proto == LL:
-                    bus = min(ll_max, bus * era.ll_ring_factor)
+                    bus = ring_ll_bus(era, coll, nodes, ll_max, bus)
                 if algo == "ring" and proto == LL128:
-                    factor = era.ll128_ring_one_gpu_per_node_factor if ppn < 2 else LL128_RING_FACTOR
-                    bus = min(bus * factor, graph.channels * ring_ll128_max)
+                    factor = era.ll128_ring_one_gpu_per_node_factor if ppn < 2 else era.ll128_ring_factor
+                    bus = min(bus * factor, ll128_cap(era, coll, graph.channels, ring_ll128_max))
                 if algo == "tree" and coll == "all_reduce":
-                    bus = min(bus * TREE_FACTOR, graph.channels * tree_max)
+                    bus = min(bus * era.tree_factor, _tree_cap(era, proto, cap, nodes, graph.channels * tree_max))
                 if algo == "tree" and proto == LL:
-                    bus = min(bus / TREE_LL_DIVISOR, ll_max)
+                    bus = min(bus / era.tree_ll_divisor, ll_max)
                 if algo == "tree" and proto == LL128:
-                    bus = min(bus * (TREE_LL128_FACTOR_ONE_NODE if nodes == 1 else TREE_LL128_FACTOR),
-                              graph.channels * tree_ll128_max)
+                    factor = TREE_LL128_FACTOR_ONE_NODE if nodes == 1 else era.tree_ll128_multi_node_factor
+                    limit = float("inf") if era.tree_ll128_cap_scale is None else \
+                        ll128_cap(era, coll, graph.channels, tree_ll128_max) * era.tree_ll128_cap_scale
+                    bus = min(bus * factor, limit)
                 # bus bandwidth to algorithm bandwidth (older eras' NVLS ratios are in _nvls_bw)
                 if not (algo != "ring" and coll in ("all_gather", "reduce_scatter")):
                     if algo == "ring" or (algo in ("nvls", "nvls_tree") and era.nvls == "efficiency"):
@@ -161,6 +154,38 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
     return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
 
 
+def ring_ll_bus(era: NcclEra, coll: str, nodes: int, ll_max: float, bus: float) -> float:
+    """tuning.cc: a ring's LL bus bandwidth, the era's share of the graph's (1/4, .5 from 2.21;
+    1/3 for one node's collectives other than all-reduce in 2.7-2.20) under llMaxBw."""
+    factor = era.ll_ring_factor
+    if era.ll_ring_single_node_other_factor is not None and nodes == 1 and coll != "all_reduce":
+        factor = era.ll_ring_single_node_other_factor
+    return min(ll_max, bus * factor)
+
+
+def ll128_cap(era: NcclEra, coll: str, channels: int, per_channel_max: float) -> float:
+    """tuning.cc: LL128's bandwidth cap over `channels` channels: the era's per-generation
+    figure per channel (perChMaxRingLL128Bws, perChMaxTreeLL128Bws; ll128MaxBwPerCh 20 in
+    2.10-2.16), or before 2.10 its figure per collective (ll128MaxBwPerCh[coll] per channel
+    from 2.7, ll128MaxBw[coll] for all channels before)."""
+    if era.ll128_cap_by_collective is None:
+        return channels * per_channel_max
+    figure = era.ll128_cap_by_collective[coll]
+    return channels * figure if era.ll128_cap_per_channel else figure
+
+
+def _tree_cap(era: NcclEra, proto: str, cap: int, nodes: int, per_channel_cap: float) -> float:
+    """tuning.cc: the tree's bus bandwidth cap, channels x perChMaxTreeBw from 2.8, before it
+    one figure for all channels by node count (2.7: higher for LL128 on Ampere)."""
+    if era.tree_total_cap is None:
+        return per_channel_cap
+    table = era.tree_total_cap
+    if era.tree_total_cap_ampere_ll128 is not None and proto == LL128 and cap == AMPERE:
+        table = era.tree_total_cap_ampere_ll128
+    up_to, first, beyond = table
+    return first if nodes <= up_to else beyond
+
+
 def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: str, nsteps: int, hw: str,
              intra_lat: float, inter_lat: float) -> float:
     """tuning.cc comm->latencies: baseLat plus the algorithm's hops inside machines (intraLat)
@@ -172,6 +197,8 @@ def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: st
         if coll == "broadcast":
             # rings in gansim are the same shape on every channel (sameChannels)
             return latency + lat
+        if nodes > 1 and era.ring_net_every_step:
+            return latency + nsteps * inter_lat
         overhead = 0.0
         if nodes > 1 and era.net_overhead:
             overhead = NET_OVERHEAD[machine.cpu_vendor] * (3 if proto == SIMPLE else 1)
@@ -191,8 +218,11 @@ def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: st
 def _inter_latency(era: NcclEra, hw_net_us: float, plugin_us: float, proto: str) -> float:
     """tuning.cc interLat: the network hop's hwLat plus the latency the net plugin reports
     (graph->latencyInter, search.cc: net->net.latency; NCCL's own IB and socket transports
-    report 0), once more for Simple ("Also add the flush extra latency"); before 2.18 the
-    plugin's figure replaced hwLat instead ("latencyInter ? latencyInter : hwLat")."""
+    report 0), once more for Simple ("Also add the flush extra latency"); in 2.12-2.17 the
+    plugin's figure replaced hwLat instead ("latencyInter ? latencyInter : hwLat"); before
+    2.12 NCCL did not read it."""
+    if not era.plugin_latency_read:
+        return hw_net_us
     if era.plugin_latency_adds:
         return hw_net_us + plugin_us * (2 if proto == SIMPLE else 1)
     return plugin_us if plugin_us else hw_net_us
@@ -235,7 +265,7 @@ def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto:
         if machine.capability >= 90 and era.ll128_pxn_from_hopper:
             ok = graph.type_inter <= PATH_PXN  # NCCL_LL128_C2C default 1
         else:
-            ok = graph.type_inter <= PATH_PXB
+            ok = graph.type_inter <= (PATH_PXB if era.ll128_inter_path == "pxb" else PATH_PIX)
         ok = ok and graph.type_intra <= (PATH_NVB if era.ll128_intra_path == "nvb" else PATH_NVL)
         if era.ll128_capabilities is not None:
             return ok and machine.capability == machine.max_capability \
@@ -248,13 +278,15 @@ def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto:
 def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float, played: bool = False) -> float:
     """ncclTopoGetAlgoTime's latency: the table's, times the ring's "plateau effect" for
     multi-node Simple all-reduces (from 2.18 by generation and bytes per channel and rank;
-    before, x1.9 from nRanks/16 x 64 KiB). `played`: with the fabric's own network hops
+    2.7-2.17 x1.9 from nRanks/16 x 64 KiB; none before 2.7). `played`: with the fabric's own network hops
     instead of what a net plugin reports (Entry.played_latency_us)."""
     machine = tuning.machine
     entry = tuning.entry(coll, algo, proto)
     lat = entry.played_latency_us if played else entry.latency_us
     if algo == "ring" and proto == SIMPLE and machine.node_count > 1 and coll == "all_reduce":
-        if tuning.era.old_plateau:
+        if tuning.era.plateau is None:
+            pass
+        elif tuning.era.plateau == "ranks":
             if nbytes >= machine.ranks * OLD_PLATEAU_BYTES_PER_RANK:
                 lat *= RING_PLATEAU[0]
         elif nbytes / (machine.comm_channels * machine.ranks) >= 64:
@@ -262,18 +294,20 @@ def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: fl
     return lat
 
 
-def tree_correction(coll: str, algo: str, proto: str, nbytes: float) -> float:
-    """ncclTopoGetAlgoTime's correction of the tree's bandwidth at medium sizes."""
+def tree_correction(era: NcclEra, coll: str, algo: str, proto: str, nbytes: float) -> float:
+    """ncclTopoGetAlgoTime's correction of the tree's bandwidth at medium sizes, from the
+    era's table (powers of two from 64 B; "logSize < 22" before 2.8, "< 23" from 2.8)."""
     log_size = log2i(int(nbytes) >> 6)
-    if algo == "tree" and coll == "all_reduce" and 0 <= log_size < 23:
-        return TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
+    limit = 22 if len(era.tree_correction[0]) == 22 else 23
+    if algo == "tree" and coll == "all_reduce" and 0 <= log_size < limit:
+        return era.tree_correction[PROTOCOLS.index(proto)][log_size]
     return 1.0
 
 
 def algo_time_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float) -> float | None:
     """tuning.cc ncclTopoGetAlgoTime: latency + bytes / bandwidth, with the tree correction
     and the ring plateau; None where the algorithm is not available."""
-    bw = tuning.entry(coll, algo, proto).bandwidth_GBps * tree_correction(coll, algo, proto, nbytes)
+    bw = tuning.entry(coll, algo, proto).bandwidth_GBps * tree_correction(tuning.era, coll, algo, proto, nbytes)
     if bw == 0:
         return None
     return algo_latency_us(tuning, coll, algo, proto, nbytes) + nbytes / (1000.0 * bw)
@@ -290,7 +324,10 @@ class Choice:
 
 def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, proto: str | None = None) -> Choice:
     """enqueue.cc topoGetAlgoInfo: the fastest (algorithm, protocol) by NCCL's model, among
-    those allowed (NCCL_ALGO / NCCL_PROTO), then how many channels and threads it uses."""
+    those allowed (NCCL_ALGO / NCCL_PROTO), then how many channels and threads it uses; in
+    2.4, which had no model, by its two thresholds (_choose_by_thresholds)."""
+    if tuning.era.choice == "thresholds":
+        return _choose_by_thresholds(tuning, coll, nbytes, algo, proto)
     best: tuple[float, str, str] | None = None
     for a in ALGORITHMS:
         if algo is not None and a != algo:
@@ -309,6 +346,59 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
     time, a, p = best
     nc, nt = channels_for(tuning.machine, a, p, nbytes)
     return Choice(a, p, time, nc, nt)
+
+
+# NCCL 2.4 (v2.4.8-1): src/include/enqueue.h, devcomm.h and rings.h
+THREAD_THRESHOLD_2_4 = 64  # NCCL_THREAD_THRESHOLD, per thread before leaving LL (32 before Volta)
+LL_CHANNEL_THRESHOLD_2_4 = 8  # NCCL_LL_CHANNEL_THRESHOLD, per thread before adding rings
+LL_MIN_THREADS_2_4, MAX_THREADS_2_4 = 64, 256  # NCCL_LL_MIN_NTHREADS; getDefaultThreads (Volta)
+
+
+def tree_threshold_2_4(machine: NcclMachine) -> float:
+    """init.cc ncclTreeThreshold (v2.4.8-1): the largest all-reduce 2.4 runs on its tree, from
+    its own rough figures (a ring of 5 GB/s per NVLink channel, 6 us a step; a tree at 2/3 of
+    it on PCIe, 3/4 over NVLink and twice that on two nodes, 15 us a network hop, 4 us an
+    intra one): none on one node or where the ring's latency is no worse, every size where
+    the tree is faster, else where the latencies' difference equals the bandwidths'."""
+    nodes, ranks = machine.node_count, machine.ranks
+    nvlink = machine.ring.type_intra == PATH_NVL  # ncclNvlinkGpu: the GPU has NVLink
+    ring_bw = 5000.0 * machine.comm_channels if nvlink else 5000.0  # B/us
+    tree_bw = ring_bw * 3 / 4 * (2 if nodes == 2 else 1) if nvlink else ring_bw * 2 / 3
+    ring_lat = 6.0 * (ranks - 1)
+    tree_lat = 15.0 * math.log2(nodes) + 4.0 * (ranks // nodes - 1)
+    if nodes < 2 or ring_lat <= tree_lat:
+        return 0.0
+    if tree_bw > ring_bw:
+        return float("inf")
+    return ring_bw * tree_bw / (ring_bw - tree_bw) * (ring_lat - tree_lat)
+
+
+def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | None,
+                          proto: str | None) -> Choice:
+    """NCCL 2.4, before tuning.cc: enqueue.cc getPatternInfo runs an all-reduce on the tree up
+    to tree_threshold_2_4 (NCCL_TREE_THRESHOLD=0: never; here `algo`), on the ring above;
+    getKernelInfo picks LL up to a threshold of nChannels x nThreads x chunks per loop x
+    threadThreshold bytes (x4 on the tree), its channels and threads growing with the size,
+    else Simple on every channel (`proto` forces either; 2.4 had no LL128). threadThreshold is
+    64 bytes from Volta, doubled by ncclThreadThreshold whenever ncclCommInitRank counts a
+    node, which it always does. The time is the 2.5 tuning model's for that choice: 2.4 had
+    no figures of its own."""
+    machine = tuning.machine
+    tree = coll == "all_reduce" and (algo == "tree" if algo is not None else nbytes <= tree_threshold_2_4(machine))
+    a = "tree" if tree else "ring"
+    chunks = 1 if tree or coll == "broadcast" else machine.ranks  # nchunksPerLoop
+    thread_threshold = (THREAD_THRESHOLD_2_4 if machine.capability >= 70 else THREAD_THRESHOLD_2_4 // 2) * 2
+    per_thread_ll = min(thread_threshold, LL_CHANNEL_THRESHOLD_2_4)
+    nt = LL_MIN_THREADS_2_4
+    while -(-int(nbytes) // (nt * chunks)) > per_thread_ll and nt * 2 <= MAX_THREADS_2_4:
+        nt *= 2
+    nc = min(max(-(-int(nbytes) // (nt * chunks * per_thread_ll)), 1), machine.comm_channels)
+    ll_threshold = nc * nt * chunks * thread_threshold * (4 if tree else 1)
+    p = proto if proto in (LL, SIMPLE) else LL if nbytes <= ll_threshold else SIMPLE
+    if p == SIMPLE:
+        nc, nt = machine.comm_channels, MAX_THREADS_2_4
+    time = algo_time_us(tuning, coll, a, p, nbytes)
+    return Choice(a, p, time if time is not None else float("nan"), nc, nt)
 
 
 def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> tuple[int, int]:

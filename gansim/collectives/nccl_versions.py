@@ -1,6 +1,6 @@
 """NCCL's tuning model as it stood in each release: the constants and rules of
 src/graph/tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime) that changed between versions,
-read from the release tags of NVIDIA/nccl (v2.12.12-1 ... v2.30.7-1). gansim/collectives/
+read from the release tags of NVIDIA/nccl (v2.5.7-1 ... v2.30.7-1). gansim/collectives/
 nccl_tuning.py applies whichever era a topology or scenario names (`nccl_version`), so a
 measurement taken with NCCL 2.18 is compared with 2.18's choices and figures, not today's.
 
@@ -9,8 +9,13 @@ holds until the next era; each field says in which tag it was read. What the mod
 from tuning.cc and did not change across these eras (the tree correction factors, the
 per-protocol thread counts and thresholds) stays in nccl_tuning.py.
 
-Releases before 2.12 are not modelled: 2.12 was the first with the per-GPU-generation
-tables (llMaxBws, perChMaxTreeBws) that the model's caps come from.
+Releases 2.5 to 2.11 had fewer tables: LL128's cap per collective rather than per GPU
+generation (ll128MaxBwPerCh[coll] from 2.7, ll128MaxBw[coll] for all channels together
+before), one tree cap for all channels before 2.8 (perChMaxTreeBws from 2.8), no llMaxBws
+before 2.8; their fields below say so. Releases before 2.5 had no tuning model at all
+(src/graph/tuning.cc arrived in v2.5.6-1; 2.4 chose the tree by a threshold and LL by
+another, init.cc ncclTreeThreshold and enqueue.cc getKernelInfo): 2.4 chooses by those
+thresholds and is timed by 2.5's figures (ERA_2_4); releases before 2.4 are not modelled.
 """
 
 from __future__ import annotations
@@ -25,6 +30,29 @@ Row = tuple[float, float, float]  # per node count: 1 node, 2 nodes, more (the "
 
 # GPU generations, as tuning.cc's compCapIndex rows
 VOLTA, AMPERE, HOPPER, BLACKWELL = range(4)
+
+# tuning.cc treeCorrectionFactor ("Trees are not perfectly sticking to the model for medium
+# sizes"): per protocol (LL, LL128, Simple), powers of two from 64 B
+TREE_CORRECTION_2_5 = (  # v2.5.7-1, v2.6.4-1
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .5, .5, .6, .7, .8, .9, .9, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .8, .7, .7, .7, .6, .6, .7, .7, .8, .8, .9, .9, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
+)
+TREE_CORRECTION_2_7 = (  # v2.7.8-1
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, 1.0),
+    TREE_CORRECTION_2_5[2],
+)
+TREE_CORRECTION_2_8 = (  # v2.8.4-1, v2.9.9-1
+    TREE_CORRECTION_2_7[0] + (1.0,),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, .92, .92),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
+TREE_CORRECTION_2_10 = (  # v2.10.3-1 on
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+)
 
 
 @dataclass(frozen=True)
@@ -46,12 +74,17 @@ class NcclEra:
     blackwell_row: bool = False  # 2.28 on: >= 100 has its own row
     bus_caps: dict[int, float] = field(default_factory=dict)  # "busBw = std::min(busBw, 235.0f)" per generation
     ll_ring_factor: float = 0.5  # ring LL bus bandwidth factor: 1/4 before 2.21, .5 from 2.21
+    # 2.7-2.20: 1/3 instead for a single node's collectives other than all-reduce (and reduce)
+    ll_ring_single_node_other_factor: float | None = None
+    ll128_ring_factor: float = 0.92  # "0.92 /*120.0/128.0*/" from 2.7; 120/128 before
     ll128_ring_one_gpu_per_node_factor: float = 0.92  # 0.7 "if ppn < 2" before 2.23
     multi_node_ll_intra_factor: float = 1.0  # "if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8" before 2.18
     inter_steps_all_nodes: bool = False  # ring nInterSteps = 2*nNodes (before 2.23) instead of 2*(nNodes-1)
     one_gpu_per_node_tree_net_latency: bool = True  # "interLat = ppn == 1 ? hwLat[NET][TREE]" from 2.23
     net_overhead: bool = True  # getNetOverhead (Intel 1 us, AMD 2 us) from 2.18
-    old_plateau: bool = False  # before 2.18: ring Simple x1.9 from nBytes >= nRanks/16*64 KiB
+    # the ring's "plateau effect" on multi-node Simple all-reduce latency: "by_generation"
+    # (2.18 on), "ranks" (2.7-2.17: x1.9 from nBytes >= nRanks/16*64 KiB), None (before 2.7)
+    plateau: str | None = "by_generation"
     # NVLS: None (before 2.17), "ring_graph" (2.17: the ring graph's bandwidth x .75),
     # "five_sixths" (2.18-2.27: the NVLS graph's bandwidth x 5/6), "efficiency" (2.28 on:
     # nvlsEfficiency and the (channels - 1) / channels share)
@@ -73,8 +106,32 @@ class NcclEra:
     # 16 for every GPU before 2.25; NVLS_NCHANNELS_SM100 32 from 2.25)
     nvls_channels_sm100: int = 32
     # tuning.cc interLat with a net plugin's latency (graph->latencyInter): added to hwLat[NET]
-    # (twice for Simple, for the flush) from 2.18; before, it replaced hwLat[NET]
+    # (twice for Simple, for the flush) from 2.18; 2.12-2.17 it replaced hwLat[NET]; before
+    # 2.12 NCCL did not read it (plugin_latency_read False)
     plugin_latency_adds: bool = True
+    plugin_latency_read: bool = True
+    tree_correction: tuple[tuple[float, ...], ...] = TREE_CORRECTION_2_10
+    # -- what releases before 2.12 did differently (defaults: as 2.10 on)
+    # LL128's bandwidth cap by collective: ll128MaxBwPerCh[coll] per channel (2.7-2.9) or
+    # ll128MaxBw[coll] for all channels (2.5-2.6, ll128_cap_per_channel False); None: the
+    # per-generation tables above
+    ll128_cap_by_collective: dict[str, float] | None = None
+    ll128_cap_per_channel: bool = True
+    tree_factor: float = 0.92  # "busBw * .92" from 2.8, .9 before
+    # before 2.8, one tree cap for all channels: (nodes up to which the first holds, first,
+    # beyond); 2.7 has higher ones for LL128 on Ampere (tree_total_cap_ampere_ll128)
+    tree_total_cap: tuple[int, float, float] | None = None
+    tree_total_cap_ampere_ll128: tuple[int, float, float] | None = None
+    tree_ll_divisor: float = 3.8  # "busBw * 1.0/3.8" from 2.7, 1/3 before
+    tree_ll128_multi_node_factor: float = 120.0 / 128.0  # .915 in 2.7-2.9; 7/9 (as one node) before 2.7
+    # the tree LL128 cap is ll128_cap_by_collective x channels x this (2.7: 7/9); None: no cap
+    tree_ll128_cap_scale: float | None = 1.0
+    # 2.5-2.6: every step of a ring across nodes at the network's hop latency (no intra/inter split)
+    ring_net_every_step: bool = False
+    ll128_inter_path: str = "pxb"  # LL128 enabled up to typeInter PATH_PXB (2.7 on), PATH_PIX before
+    # how the algorithm and protocol are chosen: "model" (tuning.cc's fastest, 2.5 on) or
+    # "thresholds" (2.4: a tree threshold and an LL threshold, nccl_tuning._choose_by_thresholds)
+    choice: str = "model"
 
     @property
     def name(self) -> str:
@@ -107,10 +164,52 @@ ERA_2_12 = NcclEra(
     ll_max_bws=_VOLTA_AMPERE_ROWS["ll"], per_ch_ring_ll128=_LL128_20, per_ch_tree_ll128=_LL128_20,
     per_ch_tree=_VOLTA_AMPERE_ROWS["tree"], arch_rule="exact", bus_caps={AMPERE: 235.0}, ll_ring_factor=0.25,
     ll128_ring_one_gpu_per_node_factor=0.7, multi_node_ll_intra_factor=1.8, inter_steps_all_nodes=True,
-    one_gpu_per_node_tree_net_latency=False, net_overhead=False, old_plateau=True, nvls=None, nvls_tree=False,
+    one_gpu_per_node_tree_net_latency=False, net_overhead=False, plateau="ranks", nvls=None, nvls_tree=False,
     ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False,
     nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
-    plugin_latency_adds=False)
+    plugin_latency_adds=False, ll_ring_single_node_other_factor=1.0 / 3.0)
+# v2.10.3-1 (and v2.11.4-1, the same figures): 2.12's but for the network ring Simple latency
+# (9.6 us; 28 in 2.12), the ring's network steps (2 (nNodes - 1); 2 nNodes in 2.12) and a net
+# plugin's latency, which NCCL read from 2.12 on
+ERA_2_10 = replace(ERA_2_12, first=(2, 10), tag="v2.11.4-1",
+                   hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}), inter_steps_all_nodes=False,
+                   plugin_latency_read=False)
+# v2.9.9-1 (2.8 on, the same figures but CollNet's): LL128 capped per collective
+# (ll128MaxBwPerCh), Ampere's tree cap 22.5 / 16.0, tree LL128 x .915 across nodes
+ERA_2_8 = replace(ERA_2_10, first=(2, 8), tag="v2.9.9-1",
+                  per_ch_tree=(_VOLTA_AMPERE_ROWS["tree"][0], (24.0, 22.5, 16.0)),
+                  ll128_cap_by_collective={"broadcast": 18.8, "all_gather": 18.3, "reduce_scatter": 15.2,
+                                           "all_reduce": 16.9},
+                  tree_ll128_multi_node_factor=0.915, tree_correction=TREE_CORRECTION_2_8)
+# v2.7.8-1: no llMaxBws nor perChMaxTreeBws yet: the tree at .9 under one cap (110 / 80 GB/s,
+# LL128 on Ampere 130 / 105), its LL128 cap x 7/9; the network tree Simple hop 50 us
+ERA_2_7 = replace(ERA_2_8, first=(2, 7), tag="v2.7.8-1",
+                  hw_latency=_hw(ERA_2_8.hw_latency, nvlink={"tree": (0.52, 1.2, 28.0)},
+                                 net={"tree": (5.0, 8.5, 50.0)}),
+                  ll_max_bws=(), per_ch_tree=(), tree_factor=0.9, tree_total_cap=(2, 110.0, 80.0),
+                  tree_total_cap_ampere_ll128=(2, 130.0, 105.0),
+                  ll128_cap_by_collective={**ERA_2_8.ll128_cap_by_collective, "all_reduce": 16.7},
+                  tree_ll128_cap_scale=7.0 / 9.0, tree_correction=TREE_CORRECTION_2_7)
+# v2.6.4-1: the first model's figures: ring LL128 base 3.6 us, every ring step across nodes at
+# the network hop, LL128 capped for all channels (ll128MaxBw) and only on Volta over NVLink,
+# the tree at .9 under 110 / 80 GB/s with LL at 1/3, no Ampere cap, no plateau
+ERA_2_6 = replace(
+    ERA_2_7, first=(2, 6), tag="v2.6.4-1",
+    base_latency={"tree": (4.4, 4.4, 0.0), "ring": (3.6, 3.6, 8.4), **_NO_NVLS},
+    hw_latency={"nvlink": {"tree": (0.5, 1.9, 28.0), "ring": (0.4, 2.5, 5.7), **_NO_NVLS},
+                "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), **_NO_NVLS},
+                "net": {"tree": (5.0, 7.5, 50.0), "ring": (0.9, 2.5, 6.6), **_NO_NVLS}},
+    bus_caps={}, ll_ring_single_node_other_factor=None, ll128_ring_factor=120.0 / 128.0,
+    ll128_ring_one_gpu_per_node_factor=120.0 / 128.0,
+    ll128_cap_by_collective={"broadcast": 113.0, "all_gather": 110.0, "reduce_scatter": 91.0, "all_reduce": 100.0},
+    ll128_cap_per_channel=False, tree_total_cap_ampere_ll128=None, tree_ll_divisor=3.0,
+    tree_ll128_multi_node_factor=7.0 / 9.0, tree_ll128_cap_scale=None, ring_net_every_step=True,
+    multi_node_ll_intra_factor=1.0, plateau=None, ll128_capabilities=frozenset({70}), ll128_inter_path="pix",
+    tree_correction=TREE_CORRECTION_2_5)
+# v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
+ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
+# v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
+ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1", choice="thresholds", ll128_capabilities=frozenset())
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
@@ -139,7 +238,8 @@ ERA_2_18 = replace(
                         "nvls_tree": (0.0, 0.0, 19.0)}},
     per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
     per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
-    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, old_plateau=False, nvls="five_sixths",
+    bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, plateau="by_generation",
+    nvls="five_sixths",
     nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
 # (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
@@ -157,7 +257,7 @@ ERA_2_21 = replace(
     ERA_2_19, first=(2, 21), tag="v2.21.5-1",
     hw_latency=_hw(ERA_2_19.hw_latency, nvlink={"nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0)}),
     ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5,
-    nvls_tree_first_chunk=128 * 1024)
+    ll_ring_single_node_other_factor=None, nvls_tree_first_chunk=128 * 1024)
 # v2.23.4-1: tree Simple 4 / 4 / 14 us with a base of 8.4, ring inter steps 2 (nNodes - 1),
 # one GPU per node takes the tree's network latency, no LL128 ppn discount
 ERA_2_23 = replace(
@@ -183,7 +283,7 @@ ERA_2_28 = replace(
 ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
                    hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}))
 
-ERAS = (ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_25, ERA_2_27,
+ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_25, ERA_2_27,
         ERA_2_28, ERA_2_30)
 NEWEST = ERA_2_30
 
@@ -215,5 +315,8 @@ def arch_row(era: NcclEra, capability: int, max_capability: int) -> int:
 
 def table_row(rows: tuple[Row, ...], index: int) -> Row:
     """A table's row for a generation it may not have (older eras end at Ampere or Hopper:
-    the last row, as the era's compCapIndex never went past it)."""
+    the last row, as the era's compCapIndex never went past it); no limit where the era had
+    no such table (before 2.8)."""
+    if not rows:
+        return (float("inf"),) * 3
     return rows[min(index, len(rows) - 1)]

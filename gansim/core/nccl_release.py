@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 NEWEST_VERSION = "2.30.7"  # the newest release whose src/graph/tuning.cc the model follows
-OLDEST_VERSION = "2.12"  # the first with per-GPU-generation tables (llMaxBws, perChMaxTreeBws)
+OLDEST_VERSION = "2.4"  # 2.4 by its thresholds, 2.5 on by src/graph/tuning.cc (nccl_versions.py)
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:-\d+)?")
 
 

@@ -98,7 +98,12 @@ class PublishedFile:
         return min(self.spec.nccl_version, NEWEST_VERSION, key=parse_version)
 
     def options(self) -> TrainingOptions:
-        return TrainingOptions(nccl_version=self.model_version)
+        """The run's NCCL release, and the choice its environment forced: NCCL_TREE_THRESHOLD=0
+        kept NCCL 2.4 off its tree (init.cc; releases from 2.5 no longer read it)."""
+        algo = None
+        if self.spec.env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
+            algo = "ring"
+        return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo)
 
 
 def load_published(name: str | None = None, directory: Path | None = None) -> list[PublishedFile]:
