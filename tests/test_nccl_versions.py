@@ -155,6 +155,18 @@ def test_a_ring_across_nodes_before_2_7_counts_every_step_at_the_network_hop():
         1.9 * new.entry("all_reduce", "ring", "Simple").latency_us)
 
 
+def test_a_fabric_hop_stands_for_the_network_only_on_the_steps_that_cross_machines():
+    """2.6's model counts all 30 steps of a 16-rank ring at hwLat[NET]; what is played puts
+    the fabric's own hop (an EFA hop: 20 us, 23 us for Simple) only on the 2 (nNodes - 1)
+    steps that leave a machine, not on the 28 that stay on NVLink."""
+    efa = topology_from_dict({"name": "two", "generator": "multi_node", "params": {
+        "nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nic_bandwidth_GBps": 12.5,
+        "nic_model": "AWS EFA (p4d)"}}, "test")
+    entry = tune(NcclMachine.build(efa, 16), era_for("2.6.4")).entry("all_reduce", "ring", "Simple")
+    assert entry.latency_us == pytest.approx(8.4 + 30 * 6.6)
+    assert entry.played_latency_us == pytest.approx(8.4 + 28 * 6.6 + 2 * (20.0 + 3.0))
+
+
 def test_nccl_2_4_chooses_by_its_thresholds_and_never_ll128():
     """NCCL 2.4 had no tuning model (v2.4.8-1). init.cc ncclTreeThreshold: over NVLink a tree on
     two nodes is rated 2 x 3/4 of the ring's bandwidth, faster, so every all-reduce runs on
@@ -205,3 +217,18 @@ def test_ll_rings_of_one_node_other_than_all_reduce_get_a_third_from_2_7_to_2_20
     for version, share in (("2.6.4", 1 / 4), ("2.7.8", 1 / 3), ("2.20.5", 1 / 3), ("2.21.5", 1 / 2)):
         assert bus(version, "all_gather") / bus(version, "all_reduce") == pytest.approx(
             share / (1 / 2 if version == "2.21.5" else 1 / 4)), version
+
+
+def test_2_12_to_2_22_count_two_network_steps_per_node_only_for_all_reduce():
+    """tuning.cc v2.12.12-1 ... v2.22.3-1: "nInterSteps = coll == AllReduce ? (nNodes > 1 ?
+    2*nNodes : 0) : coll == ReduceScatter || coll == AllGather ? nNodes-1 : nNodes"; v2.23.4-1:
+    2 (nNodes - 1) for an all-reduce. Two nodes of 8, ring Simple: hwLat NVLink 3.4 us, NET 9.6."""
+    two = topology_from_dict({"name": "two", "generator": "multi_node", "params": {
+        "nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nic_bandwidth_GBps": 25.0}}, "test")
+    machine = NcclMachine.build(two, 16)
+    old, new = (tune(machine, era_for(v)) for v in ("2.16.5", "2.23.4"))
+    # NCCL's latency counts each intra step at least at the network post overhead from 2.18 (x3 for Simple)
+    intra_new = max(3.4, 3 * (1.0 if machine.cpu_vendor != "amd" else 2.0))
+    assert old.entry("all_reduce", "ring", "Simple").latency_us == pytest.approx(8.4 + 26 * 3.4 + 4 * 9.6)
+    assert old.entry("all_gather", "ring", "Simple").latency_us == pytest.approx(8.4 + 14 * 3.4 + 1 * 9.6)
+    assert new.entry("all_reduce", "ring", "Simple").latency_us == pytest.approx(8.4 + 28 * intra_new + 2 * 14.0)

@@ -197,14 +197,18 @@ def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: st
         if coll == "broadcast":
             # rings in gansim are the same shape on every channel (sameChannels)
             return latency + lat
+        crossings = 0 if nodes == 1 else (nodes - 1) * (2 if coll == "all_reduce" else 1)
         if nodes > 1 and era.ring_net_every_step:
-            return latency + nsteps * inter_lat
+            # 2.5-2.6 count every step at hwLat[NET]; a fabric's own hop (`inter_lat` when
+            # played) stands for it only on the steps that cross machines
+            hw_net = era.hw_latency["net"]["ring"][p]
+            return latency + (nsteps - crossings) * hw_net + crossings * inter_lat
         overhead = 0.0
         if nodes > 1 and era.net_overhead:
             overhead = NET_OVERHEAD[machine.cpu_vendor] * (3 if proto == SIMPLE else 1)
         intra_lat = max(intra_lat, overhead)
-        inter_steps = 0 if nodes == 1 else (nodes if era.inter_steps_all_nodes else nodes - 1) * (
-            2 if coll == "all_reduce" else 1)
+        # 2.12-2.22 counted 2 nNodes network steps for an all-reduce (its other collectives nNodes - 1)
+        inter_steps = crossings + (2 if coll == "all_reduce" and nodes > 1 and era.inter_steps_all_nodes else 0)
         return latency + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
     if algo == "tree":
         if coll == "all_reduce":

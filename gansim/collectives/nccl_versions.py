@@ -79,7 +79,7 @@ class NcclEra:
     ll128_ring_factor: float = 0.92  # "0.92 /*120.0/128.0*/" from 2.7; 120/128 before
     ll128_ring_one_gpu_per_node_factor: float = 0.92  # 0.7 "if ppn < 2" before 2.23
     multi_node_ll_intra_factor: float = 1.0  # "if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8" before 2.18
-    inter_steps_all_nodes: bool = False  # ring nInterSteps = 2*nNodes (before 2.23) instead of 2*(nNodes-1)
+    inter_steps_all_nodes: bool = False  # all-reduce ring nInterSteps = 2*nNodes (2.12-2.22) instead of 2*(nNodes-1)
     one_gpu_per_node_tree_net_latency: bool = True  # "interLat = ppn == 1 ? hwLat[NET][TREE]" from 2.23
     net_overhead: bool = True  # getNetOverhead (Intel 1 us, AMD 2 us) from 2.18
     # the ring's "plateau effect" on multi-node Simple all-reduce latency: "by_generation"
