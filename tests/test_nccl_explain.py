@@ -170,3 +170,11 @@ def test_nccl_2_4_says_it_chose_by_thresholds(capsys):
     assert old["explain"]["chosen_by"] == "thresholds" and new["explain"]["chosen_by"] == "model"
     assert "NCCL 2.4's size thresholds" in old["explain"]["sentence"]
     assert "thresholds" not in new["explain"]["sentence"]
+
+
+def test_ll128_before_2_7_is_said_to_be_capped_for_all_channels(capsys):
+    """v2.6.4-1 caps LL128 at ll128MaxBw[coll] for all channels together (100 GB/s for an
+    all-reduce), not per channel: the bound says which cap held."""
+    (row,), _ = explained(capsys, ["dgx1-v100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-version", "2.6.4"])
+    assert row["protocol"] == "LL128" and row["explain"]["bound_by"]["kind"] == "kernels"
+    assert "ll128MaxBw" in row["explain"]["sentence"]

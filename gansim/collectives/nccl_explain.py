@@ -271,6 +271,8 @@ def _kernel_cap(chosen: Plan, state: NcclState) -> str:
             return ("NCCL's per-GPU LL cap llMaxBw" if chosen.kernel_GBps >= tuning.ll_max_bw * (1 - _RTOL)
                     else f"NCCL's LL bandwidth {share}")
         if c.protocol == LL128:
+            if tuning.era.ll128_cap_by_collective is not None and not tuning.era.ll128_cap_per_channel:
+                return f"NCCL's LL128 cap for all channels (ll128MaxBw), {share}"
             return f"NCCL's per-channel LL128 cap {share}"
         return f"NCCL's graph bandwidth {share}"
     if c.algorithm == "tree":
