@@ -288,12 +288,11 @@ def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: fl
     entry = tuning.entry(coll, algo, proto)
     lat = entry.played_latency_us if played else entry.latency_us
     if algo == "ring" and proto == SIMPLE and machine.node_count > 1 and coll == "all_reduce":
-        if tuning.era.plateau is None:
-            pass
-        elif tuning.era.plateau == "ranks":
+        plateau = tuning.era.plateau
+        if plateau == "ranks":
             if nbytes >= machine.ranks * OLD_PLATEAU_BYTES_PER_RANK:
                 lat *= RING_PLATEAU[0]
-        elif nbytes / (machine.comm_channels * machine.ranks) >= 64:
+        elif plateau == "by_generation" and nbytes / (machine.comm_channels * machine.ranks) >= 64:
             lat *= RING_PLATEAU[0] if machine.capability < 80 else RING_PLATEAU[1]
     return lat
 
@@ -389,6 +388,8 @@ def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | 
     no figures of its own."""
     machine = tuning.machine
     tree = coll == "all_reduce" and (algo == "tree" if algo is not None else nbytes <= tree_threshold_2_4(machine))
+    # without a tree (one machine), the ring, as NCCL falls back to it
+    tree = tree and tuning.entry(coll, "tree", SIMPLE).bandwidth_GBps > 0
     a = "tree" if tree else "ring"
     chunks = 1 if tree or coll == "broadcast" else machine.ranks  # nchunksPerLoop
     thread_threshold = (THREAD_THRESHOLD_2_4 if machine.capability >= 70 else THREAD_THRESHOLD_2_4 // 2) * 2
@@ -402,7 +403,8 @@ def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | 
     if p == SIMPLE:
         nc, nt = machine.comm_channels, MAX_THREADS_2_4
     time = algo_time_us(tuning, coll, a, p, nbytes)
-    return Choice(a, p, time if time is not None else float("nan"), nc, nt)
+    assert time is not None  # a ring or a tree, LL or Simple: always tuned
+    return Choice(a, p, time, nc, nt)
 
 
 def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> tuple[int, int]:

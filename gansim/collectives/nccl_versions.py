@@ -6,8 +6,8 @@ measurement taken with NCCL 2.18 is compared with 2.18's choices and figures, no
 
 An era starts at the first release whose tuning.cc differs in something the model uses and
 holds until the next era; each field says in which tag it was read. What the model takes
-from tuning.cc and did not change across these eras (the tree correction factors, the
-per-protocol thread counts and thresholds) stays in nccl_tuning.py.
+from tuning.cc and did not change across these eras (the per-protocol thread counts and
+thresholds, the tree's LL128 share on one node) stays in nccl_tuning.py.
 
 Releases 2.5 to 2.11 had fewer tables: LL128's cap per collective rather than per GPU
 generation (ll128MaxBwPerCh[coll] from 2.7, ll128MaxBw[coll] for all channels together
@@ -209,7 +209,8 @@ ERA_2_6 = replace(
 # v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
-ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1", choice="thresholds", ll128_capabilities=frozenset())
+ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds",
+                  ll128_capabilities=frozenset())
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
