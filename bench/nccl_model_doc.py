@@ -1,6 +1,7 @@
 """Write the generated blocks of docs/nccl-model.md: the error of the `nccl` model on the
 shipped published set (what `gansim validate --published` prints, by system and size band),
-and, given a folder of held-aside published files, the same for them point by point.
+and, given a folder of held-aside published files, the same for them point by point; and
+README.md's two-line summary of both.
 
     python bench/nccl_model_doc.py                      # the shipped set only
     python bench/nccl_model_doc.py --heldout DIR        # and the held-aside files in DIR
@@ -22,12 +23,16 @@ from gansim.prediction.published import (
     PublishedFile,
     PublishedMeasurement,
     PublishedSystem,
+    BANDS,
     compare,
     error_table,
     load_published,
+    summarize,
 )
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "nccl-model.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "nccl-model.md"
+README = ROOT / "README.md"
 
 
 def held_out(folder: Path) -> list[PublishedFile]:
@@ -46,6 +51,16 @@ def fenced(body: str) -> str:
     return "```text\n" + body.rstrip("\n") + "\n```"
 
 
+def summary_line(label: str, files: list[PublishedFile], rows: list) -> str:
+    """One README bullet: how many systems, then median and worst |error| per size band."""
+    bands = []
+    for name, low, high in BANDS:
+        b = summarize(rows, low, high)
+        if b.points:
+            bands.append(f"{name}: median {b.median_abs_error:.1%}, worst {b.worst_abs_error:.1%} ({b.points} points)")
+    return f"* {label} ({len(files)} systems): " + "; ".join(bands) + "."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heldout", type=Path, help="a folder of held-aside published files")
@@ -58,6 +73,9 @@ def main() -> None:
         kept = held_out(args.heldout)
         kept_rows = [r for f in kept for r in compare(f)]
         write_block(DOC, "nccl-model-heldout", fenced(error_table(kept, kept_rows)))
+        write_block(README, "nccl-accuracy", "\n".join([
+            summary_line("Shipped published systems (`validation/`)", files, rows),
+            summary_line("Held aside while the model was built, predicted after it was final", kept, kept_rows)]))
     print(f"wrote {DOC}")
 
 
