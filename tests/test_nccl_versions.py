@@ -232,3 +232,79 @@ def test_2_12_to_2_22_count_two_network_steps_per_node_only_for_all_reduce():
     assert old.entry("all_reduce", "ring", "Simple").latency_us == pytest.approx(8.4 + 26 * 3.4 + 4 * 9.6)
     assert old.entry("all_gather", "ring", "Simple").latency_us == pytest.approx(8.4 + 14 * 3.4 + 1 * 9.6)
     assert new.entry("all_reduce", "ring", "Simple").latency_us == pytest.approx(8.4 + 28 * intra_new + 2 * 14.0)
+
+
+def _one_gpu_machines(nodes: int, gpus_per_node: int = 1):
+    return topology_from_dict({"name": "one-gpu", "generator": "multi_node", "params": {
+        "nodes": nodes, "gpus_per_node": gpus_per_node, "intra": "nvswitch", "nic_bandwidth_GBps": 50.0}}, "test")
+
+
+@pytest.mark.parametrize("version,factor", [("2.23.4", 0.85), ("2.24.3", 0.75), ("2.30.7", 0.75)])
+def test_pat_entry_is_tuning_cc_s(version, factor):
+    """tuning.cc v2.23.4-1 on: PAT, for all-gather and reduce-scatter at one GPU per node,
+    Simple only, on the tree graph (init.cc graphs[NCCL_ALGO_PAT] = treeGraph), its bus
+    bandwidth x .85 (2.23) / .75 (2.24 on) and no bus-to-algorithm ratio; its latency "8 //
+    Base time + log2i(nNodes) * (interLat/3.5) + nRanks * 2.8", interLat the tree's network
+    Simple hop (14 us: "With ppn=1 latencies are fully exposed, use the Tree network latency")."""
+    machine = NcclMachine.build(_one_gpu_machines(16), 16)
+    tuning = tune(machine, era_for(version))
+    graph = machine.tree
+    for coll in ("all_gather", "reduce_scatter"):
+        entry = tuning.entry(coll, "pat", "Simple")
+        assert entry.bandwidth_GBps == pytest.approx(graph.channels * graph.bw_inter * factor)
+        assert entry.latency_us == pytest.approx(8.0 + 4 * 14.0 / 3.5 + 16 * 2.8)
+        assert tuning.entry(coll, "pat", "LL").bandwidth_GBps == 0
+    assert tuning.entry("all_reduce", "pat", "Simple").bandwidth_GBps == 0
+
+
+def test_pat_is_chosen_only_where_its_release_and_one_gpu_per_node_allow():
+    sizes = [64 * KiB, 256 * KiB, 1 * MiB, 64 * MiB]
+
+    def chosen_for(topology, gpus, version, coll="all_gather"):
+        tuning = tune(NcclMachine.build(topology, gpus), era_for(version))
+        return {choose(tuning, coll, n).algorithm for n in sizes}
+
+    one = _one_gpu_machines(16)
+    assert "pat" not in chosen_for(one, 16, "2.22.3")
+    assert "pat" in chosen_for(one, 16, "2.23.4") and "pat" in chosen_for(one, 16, "2.30.7", "reduce_scatter")
+    assert "pat" not in chosen_for(one, 16, "2.30.7", "all_reduce")
+    assert "pat" not in chosen_for(_one_gpu_machines(8, 2), 16, "2.30.7")  # two GPUs a node
+
+
+def test_pat_moves_as_many_blocks_as_a_ring():
+    """Every rank sends each of the other ranks' blocks once over the power-of-two distances."""
+    from gansim.collectives.nccl import pat_exchanges
+
+    for ranks in (2, 3, 5, 8, 13, 16, 100):
+        exchanges = pat_exchanges(ranks)
+        assert [d for d, _ in exchanges] == [1 << k for k in range(len(exchanges))]
+        assert sum(blocks for _, blocks in exchanges) == ranks - 1
+
+
+def test_a_pat_all_gather_is_played_on_the_fabric():
+    """The played time of a large PAT all-gather grows with the bytes each NIC sends (n-1 of n
+    blocks), so forcing PAT at 16 MiB takes at least that over the NIC's line rate."""
+    one = _one_gpu_machines(16)
+    (small, large) = collective_times(one, 16, "all_gather", [1 * MiB, 16 * MiB],
+                                      options=TrainingOptions(nccl_algo="pat"))
+    assert small.algorithm == large.algorithm == "pat"
+    assert large.seconds > 15 / 16 * 16 * MiB / 50e9
+    assert large.seconds > small.seconds * 4
+
+
+def test_a_one_gpu_tree_takes_the_tree_pattern_factor_from_2_18():
+    """tuning.cc v2.18.3-1 on: "if (a == TREE && graphs[a]->pattern == NCCL_TOPO_PATTERN_TREE)
+    busBw *= .85", and search.cc gives a machine of one GPU that pattern; a tree all-reduce's
+    bus bandwidth is min(busBw x .92, channels x perChMaxTreeBw), its algorithm bandwidth half."""
+    machine = NcclMachine.build(_one_gpu_machines(4), 4)
+    graph = machine.tree
+    bus = graph.channels * graph.bw_inter  # more than two nodes: the inter bandwidth
+    for version, factor in (("2.17.1", 1.0), ("2.18.3", 0.85), ("2.30.7", 0.85)):
+        tuning = tune(machine, era_for(version))
+        expected = min(bus * 0.92, graph.channels * tuning.per_channel_max_tree_bw) * factor * 0.5
+        assert tuning.entry("all_reduce", "tree", "Simple").bandwidth_GBps == pytest.approx(expected), version
+    two = NcclMachine.build(_one_gpu_machines(4, 2), 8)  # two GPUs a node: a balanced tree
+    tuning = tune(two, era_for("2.30.7"))
+    bus = two.tree.channels * two.tree.bw_inter
+    assert tuning.entry("all_reduce", "tree", "Simple").bandwidth_GBps == pytest.approx(
+        min(bus * 0.92, two.tree.channels * tuning.per_channel_max_tree_bw) * 0.5)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, get_args
 
 from gansim.cli.args import EXIT_OK, positive_int
+from gansim.core.config import NcclAlgo, NcclProto
 from gansim.core.values import number
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -24,8 +25,8 @@ def register(sub: Any) -> None:
     p.add_argument("--op", default="all_reduce", choices=OPS, help="collective (default all_reduce)")
     p.add_argument("--algorithm", default="nccl", metavar="NAME",
                    help="nccl (what NCCL would run, default) or a textbook algorithm (all_reduce, broadcast only)")
-    p.add_argument("--nccl-algo", choices=("ring", "tree", "nvls", "nvls_tree"), help="force NCCL's algorithm (NCCL_ALGO)")
-    p.add_argument("--nccl-proto", choices=("LL", "LL128", "Simple"), help="force NCCL's protocol (NCCL_PROTO)")
+    p.add_argument("--nccl-algo", choices=get_args(NcclAlgo), help="force NCCL's algorithm (NCCL_ALGO)")
+    p.add_argument("--nccl-proto", choices=get_args(NcclProto), help="force NCCL's protocol (NCCL_PROTO)")
     p.add_argument("--nccl-version", metavar="X.Y[.Z]",
                    help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
                         "else the newest followed)")

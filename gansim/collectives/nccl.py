@@ -120,10 +120,15 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
                                                                                 entry.bandwidth_GBps)
     # and the proxy threads' sends, posted one channel after another at every network crossing
     latency_us += proxy_serial_us(tuning, coll, a, choice.channels, dtree_parent)
-    fraction = choice.channels / machine.comm_channels if a in ("ring", "tree") else 1.0
+    fraction = choice.channels / machine.comm_channels if a in ("ring", "tree", "pat") else 1.0
     if a == "ring":
         kernels = _ring_kernels(state, coll, p, fraction)
         flows = _ring_flows(cluster, machine, coll, nbytes, choice, kernels)
+    elif a == "pat":
+        # Simple on the tree graph: like a ring's Simple, held by the graph only on fewer channels
+        graph = machine.tree
+        kernels = fraction * graph.channels * graph.bw_inter if fraction < 1 else float("inf")
+        flows = _pat_flows(cluster, machine, nbytes, choice, kernels)
     elif a == "tree":
         # NCCL's bus bandwidth for a tree, with its correction at medium sizes (tuning.cc)
         kernels = entry.bandwidth_GBps / 0.5 * fraction * tree_correction(tuning.era, coll, a, p, nbytes)
@@ -537,6 +542,40 @@ def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: C
         channels.append((edges.ravel(), edges[:, ::-1].ravel(), nic))
     loads = _channel_loads(cluster, machine, choice.protocol, kernels_GBps, channels)
     return _group([(per_edge, res, w) for res, w in loads])
+
+
+def pat_exchanges(ranks: int) -> list[tuple[int, int]]:
+    """PAT's exchanges (NCCL 2.23 on, one GPU per machine; src/include/collectives.h
+    PatAGAlgorithm and PatRSAlgorithm send and receive along dimensions d, to and from the
+    peers 2^d ranks away, aggregating what passes through): per dimension, its distance and
+    how many of the ranks' blocks cross it, counted as in Bruck's all-gather, which moves
+    every block to every rank along the same distances: min(2^d, ranks - 2^d), n - 1 blocks
+    in all, as much as a ring moves."""
+    out = []
+    distance = 1
+    while distance < ranks:
+        out.append((distance, min(distance, ranks - distance)))
+        distance *= 2
+    return out
+
+
+def _pat_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: Choice,
+               kernels_GBps: float) -> tuple[ChannelFlow, ...]:
+    """PAT's traffic: every rank sends each dimension's blocks to the rank 2^d after it (all
+    dimensions at once, as its steps pipeline), on `choice.channels` channels through the
+    machine's NICs in turn. `nbytes` is the whole gathered buffer (NCCL's nBytes), a block
+    its 1/ranks."""
+    ranks = np.arange(machine.ranks, dtype=np.int64)
+    block = nbytes / machine.ranks / choice.channels
+    nics = machine.ring.nics
+    channels, amounts = [], []
+    for c in range(choice.channels):
+        nic = (nics[c % len(nics)][0],) * 2 if nics else None
+        for distance, blocks in pat_exchanges(machine.ranks):
+            channels.append((ranks, (ranks + distance) % machine.ranks, nic))
+            amounts.append(blocks * block)
+    loads = _channel_loads(cluster, machine, SIMPLE, kernels_GBps, channels)
+    return _group([(amount, res, w) for amount, (res, w) in zip(amounts, loads)])
 
 
 def _nvls_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float, algo: str,

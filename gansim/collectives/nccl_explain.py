@@ -277,6 +277,8 @@ def _kernel_cap(chosen: Plan, state: NcclState) -> str:
         return f"NCCL's graph bandwidth {share}"
     if c.algorithm == "tree":
         return f"NCCL's tree bandwidth {share}"
+    if c.algorithm == "pat":
+        return f"NCCL's tree graph bandwidth {share} (PAT)"
     return "NCCL's NVLS algorithm bandwidth"
 
 

@@ -6,10 +6,12 @@ newest followed, v2.30.7-1): the figures that changed between releases are in
 gansim/collectives/nccl_versions.py, one era per change. Every constant is NCCL's, quoted
 from those files; none is fitted to measurements.
 
-What NCCL models and gansim keeps: Ring, Tree, NVLS and NVLS-Tree; the LL, LL128 and Simple
-protocols. Left out: CollNet (needs a SHARP network and NCCL_COLLNET_ENABLE, off by
-default), PAT (one GPU per node, all-gather / reduce-scatter only), tuner plugins, the
-registered-buffer policy (NCCL_CTA_POLICY_EFFICIENCY), POWER CPUs.
+What NCCL models and gansim keeps: Ring, Tree, NVLS, NVLS-Tree and PAT (all-gather and
+reduce-scatter at one GPU per node, from 2.23); the LL, LL128 and Simple protocols. Left
+out: CollNet (needs a SHARP network and NCCL_COLLNET_ENABLE, off by default), tuner plugins,
+the registered-buffer policy (NCCL_CTA_POLICY_EFFICIENCY), POWER CPUs, and the search's
+fallback to a simpler tree on Hopper when no balanced one is found (search.cc "Try a
+simpler tree"; a machine of one GPU has that pattern, and its .85 is applied).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from functools import lru_cache
 from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PIX, PATH_PXB, PATH_PXN, Graph, NcclMachine
 from gansim.collectives.nccl_versions import AMPERE, NEWEST, NcclEra, arch_row, table_row
 
-ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree")
+ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 LL, LL128, SIMPLE = PROTOCOLS
@@ -31,11 +33,13 @@ LL, LL128, SIMPLE = PROTOCOLS
 TREE_LL128_FACTOR_ONE_NODE = 7.0 / 9.0  # "busBw * (nNodes == 1 ? 7.0/9.0 : ...)" in every era
 RING_PLATEAU = (1.9, 1.4)  # ncclTopoGetAlgoTime: ring Simple multi-node latency, before / from Ampere
 OLD_PLATEAU_BYTES_PER_RANK = 65536 / 16.0  # before 2.18: "nBytes >= nRanks/16.0*65536"
+PAT_BASE_US, PAT_PER_RANK_US = 8.0, 2.8  # tuning.cc PAT latency (v2.23.4-1 on)
 # getNetOverhead, us: Intel 1.0, AMD 2.0, x3 for Simple
 NET_OVERHEAD = {"intel": 1.0, "amd": 2.0}
 # comm.h thread thresholds and device.h thread counts (enqueue.cc topoGetAlgoInfo channel tuning)
 THREAD_THRESHOLD = {LL: 8, LL128: 8, SIMPLE: 64}
 MAX_THREADS = {LL: 512, LL128: 640, SIMPLE: 512}
+NCCL_MAX_NTHREADS = 640  # device.h: what NVLS and PAT always run on
 WARP_SIZE = 32
 
 
@@ -71,7 +75,7 @@ class Tuning:
 def _graph_for(machine: NcclMachine, algo: str) -> Graph | None:
     if algo == "ring":
         return machine.ring
-    if algo == "tree":
+    if algo in ("tree", "pat"):  # init.cc: graphs[NCCL_ALGO_PAT] is the tree graph
         return machine.tree
     return machine.nvls
 
@@ -79,7 +83,8 @@ def _graph_for(machine: NcclMachine, algo: str) -> Graph | None:
 def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
     """tuning.cc ncclTopoTuneModel as the release of `era` has it, with its enable rules
     (LL128 where NCCL enables it by default; NVLS-Tree only across nodes; NVLS alone only
-    inside one node without CollNet; NVLS and NVLS-Tree only in the releases that have them)."""
+    inside one node without CollNet; PAT for all-gather and reduce-scatter at one GPU per
+    node; NVLS, NVLS-Tree and PAT only in the releases that have them)."""
     nodes, ranks = machine.node_count, machine.ranks
     cap = arch_row(era, machine.capability, machine.max_capability)
     index2 = nodes - 1 if nodes <= 2 else 2
@@ -98,15 +103,18 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
         for algo in ALGORITHMS:
             if coll == "broadcast" and algo != "ring":
                 continue
-            if coll in ("all_gather", "reduce_scatter") and algo not in ("ring", "nvls"):
+            if coll in ("all_gather", "reduce_scatter") and algo not in ("ring", "nvls", "pat"):
+                continue
+            if coll == "all_reduce" and algo == "pat":
                 continue
             graph = graphs[algo]
-            if graph is None or (algo == "nvls" and era.nvls is None) or (algo == "nvls_tree" and not era.nvls_tree):
+            if graph is None or (algo == "nvls" and era.nvls is None) or (algo == "nvls_tree" and not era.nvls_tree) \
+                    or (algo == "pat" and era.pat_factor is None):
                 continue
             intra_hw = "nvlink" if graph.type_intra == PATH_NVL else "pci"
             hw = intra_hw if nodes == 1 else "net"
             for p, proto in enumerate(PROTOCOLS):
-                if algo in ("nvls", "nvls_tree") and proto != SIMPLE:
+                if algo in ("nvls", "nvls_tree", "pat") and proto != SIMPLE:
                     continue
                 bw = graph.bw_intra if nodes <= 2 else graph.bw_inter
                 if algo in ("nvls", "nvls_tree"):
@@ -130,17 +138,21 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                     limit = float("inf") if era.tree_ll128_cap_scale is None else \
                         ll128_cap(era, coll, graph.channels, tree_ll128_max) * era.tree_ll128_cap_scale
                     bus = min(bus * factor, limit)
+                if algo == "tree" and ppn == 1 and era.tree_pattern_tree_factor is not None:
+                    bus *= era.tree_pattern_tree_factor  # search.cc: one GPU a machine, NCCL_TOPO_PATTERN_TREE
+                if algo == "pat":
+                    bus *= era.pat_factor
                 # bus bandwidth to algorithm bandwidth (older eras' NVLS ratios are in _nvls_bw)
                 if not (algo != "ring" and coll in ("all_gather", "reduce_scatter")):
                     if algo == "ring" or (algo in ("nvls", "nvls_tree") and era.nvls == "efficiency"):
                         bus *= ranks / nsteps
                     elif algo == "tree":
                         bus *= 0.5
-                intra_lat = era.hw_latency[intra_hw][algo][p]
+                intra_lat = era.hw_latency[intra_hw]["tree" if algo == "pat" else algo][p]  # (PAT: none inside)
                 if nodes > 1 and proto == LL:
                     intra_lat *= era.multi_node_ll_intra_factor
                 tree_net = era.one_gpu_per_node_tree_net_latency and ppn == 1
-                hw_net = era.hw_latency["net"]["tree" if tree_net else algo][p]
+                hw_net = era.hw_latency["net"]["tree" if tree_net or algo == "pat" else algo][p]
                 nic = machine.nic
                 # NCCL's view (with what the plugin reports) decides; the fabric's hop is played
                 inter_lat = _inter_latency(era, hw_net, nic.reported_latency_us if nic else 0.0, proto)
@@ -191,6 +203,10 @@ def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: st
     """tuning.cc comm->latencies: baseLat plus the algorithm's hops inside machines (intraLat)
     and across them (interLat)."""
     nodes, ranks, p = machine.node_count, machine.ranks, PROTOCOLS.index(proto)
+    if algo == "pat":
+        # "8 // Base time + log2i(nNodes) * (interLat/3.5) // Log latency + nRanks * 2.8 //
+        # Still a linear part" (v2.23.4-1; from 2.28 the 8 us is PAT's baseLat)
+        return PAT_BASE_US + log2i(nodes) * inter_lat / 3.5 + ranks * PAT_PER_RANK_US
     latency = era.base_latency[algo][p]
     if algo == "ring":
         lat = era.hw_latency[hw][algo][p]
@@ -216,6 +232,7 @@ def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: st
         return latency
     if algo == "nvls":
         return latency + intra_lat + (inter_lat if nodes > 1 else 0.0)
+
     return latency + intra_lat + 2 * log2i(nodes) * inter_lat  # nvls_tree
 
 
@@ -260,9 +277,13 @@ def _nvls_bw(era: NcclEra, machine: NcclMachine, graph: Graph, coll: str, algo: 
 
 def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto: str) -> bool:
     """tuning.cc: LL128 only where the era's NCCL enables it by default, NVLS-Tree only across
-    nodes, NVLS alone only inside one node (CollNet disabled)."""
+    nodes, NVLS alone only inside one node (CollNet disabled), PAT only at one GPU per node
+    (ncclPatEnable: "PAT only supports 1 GPU per node"; NCCL's own network transports run on
+    the host, as it asks) from the era's compute capability."""
     if algo == "nvls_tree" and machine.node_count == 1:
         return False
+    if algo == "pat":
+        return machine.node_count == machine.ranks > 1 and machine.capability >= era.pat_min_capability
     if algo == "nvls" and machine.node_count > 1:
         return False
     if proto == LL128:
@@ -412,7 +433,7 @@ def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> 
     thread has `threadThreshold` bytes; NVLS uses its own channels."""
     if algo in ("nvls", "nvls_tree"):
         graph = machine.nvls
-        return (graph.channels if graph else 1), 640
+        return (graph.channels if graph else 1), NCCL_MAX_NTHREADS
     nc = machine.comm_channels
     nt = MAX_THREADS[proto]
     if algo == "ring" and proto == SIMPLE and machine.ring.bw_intra * machine.ring.channels <= 12.0:
@@ -422,6 +443,8 @@ def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> 
         nc -= 1
     while nbytes < nc * nt * threshold and nt % 128 == 0:
         nt //= 2
+    if algo == "pat":
+        nt = NCCL_MAX_NTHREADS  # enqueue.cc: "if (algorithm == NCCL_ALGO_PAT) nt = NCCL_MAX_NTHREADS"
     return nc, nt
 
 

@@ -129,6 +129,13 @@ class NcclEra:
     # 2.5-2.6: every step of a ring across nodes at the network's hop latency (no intra/inter split)
     ring_net_every_step: bool = False
     ll128_inter_path: str = "pxb"  # LL128 enabled up to typeInter PATH_PXB (2.7 on), PATH_PIX before
+    # PAT (all-gather and reduce-scatter at one GPU per node, Simple, on the tree graph): its
+    # bandwidth factor ("busBw *= .85" in 2.23, ".75" from 2.24); None: no PAT (before 2.23)
+    pat_factor: float | None = 0.75
+    pat_min_capability: int = 60  # ncclPatEnable: "Need SM60 or higher for CUDA atomics" (2.26 on)
+    # "if (a == TREE && pattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85" (2.18 on); search.cc
+    # gives a machine of one GPU that pattern; None: no such factor
+    tree_pattern_tree_factor: float | None = 0.85
     # how the algorithm and protocol are chosen: "model" (tuning.cc's fastest, 2.5 on) or
     # "thresholds" (2.4: a tree threshold and an LL threshold, nccl_tuning._choose_by_thresholds)
     choice: str = "model"
@@ -167,7 +174,8 @@ ERA_2_12 = NcclEra(
     one_gpu_per_node_tree_net_latency=False, net_overhead=False, plateau="ranks", nvls=None, nvls_tree=False,
     ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False,
     nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
-    plugin_latency_adds=False, ll_ring_single_node_other_factor=1.0 / 3.0)
+    plugin_latency_adds=False, ll_ring_single_node_other_factor=1.0 / 3.0, pat_factor=None, pat_min_capability=0,
+    tree_pattern_tree_factor=None)
 # v2.10.3-1 (and v2.11.4-1, the same figures): 2.12's but for the network ring Simple latency
 # (9.6 us; 28 in 2.12), the ring's network steps (2 (nNodes - 1); 2 nNodes in 2.12) and a net
 # plugin's latency, which NCCL read from 2.12 on
@@ -240,7 +248,7 @@ ERA_2_18 = replace(
     per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
     per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
     bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, plateau="by_generation",
-    nvls="five_sixths",
+    tree_pattern_tree_factor=0.85, nvls="five_sixths",
     nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
 # (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
@@ -266,11 +274,16 @@ ERA_2_23 = replace(
     base_latency={**ERA_2_21.base_latency, "tree": (6.8, 14.0, 8.4)},
     hw_latency=_hw(ERA_2_21.hw_latency, nvlink={"tree": (0.6, 1.25, 4.0)}, pci={"tree": (1.0, 1.9, 4.0)},
                    net={"tree": (5.0, 8.5, 14.0)}),
-    ll128_ring_one_gpu_per_node_factor=0.92, inter_steps_all_nodes=False, one_gpu_per_node_tree_net_latency=True)
+    ll128_ring_one_gpu_per_node_factor=0.92, inter_steps_all_nodes=False, one_gpu_per_node_tree_net_latency=True,
+    pat_factor=0.85)
+# v2.24.3-1: PAT at .75 of the tree graph's bandwidth
+ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75)
 # v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100)
-ERA_2_25 = replace(ERA_2_23, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32)
+ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32)
+# v2.26.2-1: PAT only from compute capability 6.0
+ERA_2_26 = replace(ERA_2_25, first=(2, 26), tag="v2.26.2-1", pat_min_capability=60)
 # v2.27.7-1: LL128 on every GPU from 7.0
-ERA_2_27 = replace(ERA_2_25, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None)
+ERA_2_27 = replace(ERA_2_26, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None)
 # v2.28.9-1: Blackwell rows, NVLS by nvlsEfficiency, perChMaxNVLSTreeBws
 ERA_2_28 = replace(
     ERA_2_27, first=(2, 28), tag="v2.28.9-1",
@@ -284,8 +297,8 @@ ERA_2_28 = replace(
 ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
                    hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}))
 
-ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18, ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_25, ERA_2_27,
-        ERA_2_28, ERA_2_30)
+ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18,
+        ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28, ERA_2_30)
 NEWEST = ERA_2_30
 
 

@@ -45,7 +45,7 @@ GradientDtype = Literal["fp32", "fp16", "int8"]
 # (StyleGAN3's training loop, and gansim's default without overlap)
 GradientSync = Literal["ddp_buckets", "per_variable", "per_phase_flat"]
 # NCCL's algorithms and protocols, as NCCL_ALGO / NCCL_PROTO name them
-NcclAlgo = Literal["ring", "tree", "nvls", "nvls_tree"]
+NcclAlgo = Literal["ring", "tree", "nvls", "nvls_tree", "pat"]
 NcclProto = Literal["LL", "LL128", "Simple"]
 
 
