@@ -233,3 +233,21 @@ def test_channel_flows_are_every_hop_of_every_channel_summed(generator, params, 
     assert got == expected
     assert sum(f.amount for f in chosen.flows) == pytest.approx(
         64 * MiB * (bus_factor("all_reduce", gpus) if algo == "ring" else 1.0))
+
+
+def test_with_fewer_nics_than_gpus_the_tree_beats_the_ring_bound():
+    """Two machines of 8 NVLink A100s with four 100 Gb/s NICs each. search.cc holds a tree's
+    paths to a NIC to bwInter and its GPU-to-GPU paths to bwIntra, and pass 2 raises bwIntra
+    up to twice bwInter ("increase bwIntra for trees"): on two machines tuning.cc rates the
+    tree by bwIntra, so NCCL's model prefers it for large all-reduces. A ring sends all of
+    2 (n-1)/n of the buffer through the four NICs, so its busbw cannot pass their 50 GB/s;
+    the tree sends each byte across once each way, and does."""
+    t = topo("multi_node", nodes=2, gpus_per_node=8, nics_per_node=4, nic_bandwidth_GBps=12.5,
+             intra_params={"gpu_model": "A100-SXM4-80GB", "nvlink_bandwidth_GBps": 300.0, "nvlink_sharp": False})
+    machine = NcclMachine.build(t, 16)
+    assert machine.tree.bw_intra == 2 * machine.tree.bw_inter
+    tuning = tune(machine)
+    assert choose(tuning, "all_reduce", 1 << 30).algorithm == "tree"
+    ring_bound = 4 * 12.5
+    assert busbw(t, 16, 1 << 30) > ring_bound
+    assert busbw(t, 16, 1 << 30, nccl_algo="ring") <= ring_bound

@@ -46,7 +46,12 @@ def test_nvls_tree_is_never_chosen_before_2_18():
         "nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "intra_params": H100, "nic_bandwidth_GBps": 50.0}},
         "test")
     assert "nvls_tree" not in chosen(cluster, "2.17.1", gpus=16)
-    assert "nvls_tree" in chosen(cluster, "2.18.3", gpus=16)
+    machine = NcclMachine.build(cluster, 16)
+    assert tune(machine, era_for("2.17.1")).entry("all_reduce", "nvls_tree", "Simple").bandwidth_GBps == 0
+    # from 2.18 NCCL rates it; on this cluster 2.18's model still prefers the tree (its bwIntra
+    # raised towards twice bwInter), later releases' figures prefer NVLS-Tree
+    assert tune(machine, era_for("2.18.3")).entry("all_reduce", "nvls_tree", "Simple").bandwidth_GBps > 0
+    assert "nvls_tree" in chosen(cluster, "2.30.7", gpus=16)
 
 
 def test_the_ll_ring_factor_follows_the_release():

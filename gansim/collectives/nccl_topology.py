@@ -515,9 +515,10 @@ class NcclMachine:
             return PATH_LOC
         return max(self.hop(a, b).path_type for a in members for b in members if a != b)
 
-    def _channels_at(self, bw: float, max_type: int, want: int) -> tuple[int, list[list[int]]]:
+    def _channels_at(self, bw: float, max_type: int, want: int, nics: bool = True) -> tuple[int, list[list[int]]]:
         """How many rings fit at `bw` in every machine (their minimum, as NCCL takes the
-        minimum over nodes, init.cc), and machine 0's intra-node orders."""
+        minimum over nodes, init.cc), and machine 0's intra-node orders; each channel also
+        through a NIC at `bw` where there are machines to reach and `nics`."""
         counts, orders0 = [], []
         seen: dict[tuple, int] = {}
         for m, (members, shape) in enumerate(zip(self.nodes, self._machine_shapes)):
@@ -525,7 +526,7 @@ class NcclMachine:
                 counts.append(seen[shape])
                 continue
             limit = want
-            if self.node_count > 1:
+            if self.node_count > 1 and nics:
                 limit = min(want, sum(int(self._nic_bw(m, nic) // bw) for nic in self.nics[m]))
             orders = self._ring_orders(members, bw, max_type, limit) if limit > 0 else []
             seen[shape] = len(orders)
@@ -647,9 +648,11 @@ class NcclMachine:
     @cached_property
     def tree(self) -> Graph:
         """The tree graph: NCCL searches it with the ring's channel count (init.cc: tree
-        min = max channels = ring channels). Simplified here: the ring's per-channel
-        bandwidth inside a machine, and between machines its NICs' (pass 2 of
-        ncclTopoCompute lets a tree's bwIntra reach twice its bwInter)."""
+        min = max channels = ring channels). Simplified here: between machines the NICs'
+        share per channel (bwInter); inside a machine, pass 2 of ncclTopoCompute raises
+        bwIntra up to twice bwInter while the channels still fit ("increase bwIntra for
+        trees"), a check of GPU-to-GPU paths only: search.cc ncclTopoFollowPath holds paths
+        between GPUs (and NVSwitches) to bwIntra and paths to a NIC to bwInter."""
         ring = self.ring
         if self.node_count == 1:
             return Graph("tree", ring.channels, ring.bw_intra, ring.bw_intra, ring.type_intra, PATH_LOC)
@@ -660,8 +663,8 @@ class NcclMachine:
         bw_intra = bw_inter
         members = self.nodes[0]
         for s in sorted((x for x in inter_speeds if bw_inter < x <= 2 * bw_inter), reverse=False):
-            count, _ = self._channels_at(s, self._max_type(members), ring.channels) if len(members) > 1 \
-                else (ring.channels, [])
+            count, _ = self._channels_at(s, self._max_type(members), ring.channels, nics=False) \
+                if len(members) > 1 else (ring.channels, [])
             if count >= ring.channels:
                 bw_intra = s
         return Graph("tree", ring.channels, bw_intra, bw_inter, ring.type_intra, PATH_PIX)
