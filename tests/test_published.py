@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from gansim.cli.main import main
+from gansim.collectives.nccl_topology import NcclMachine
+from gansim.core.errors import UserInputError
 from gansim.prediction.nccl_tests_table import OPS
 from gansim.prediction.published import compare, error_table, load_published, summarize
 from tests.cli_checks import run_bad
@@ -106,3 +108,45 @@ def test_published_report_renders_one_panel_per_system_in_chromium(tmp_path):
     assert plot["traces"] == 2 * 3  # three collectives, each a predicted curve and the measured points
     assert plot["svg_traces"] > 0 and plot["main_svg"] >= 2
     assert "Error table" in page.dom and "autodl-2080ti-pcie-no-p2p" in page.dom
+
+
+def _copy_with_env(tmp_path, name: str, env: dict) -> Path:
+    import yaml
+
+    from gansim.core.files import shipped_dir
+
+    data = yaml.safe_load((shipped_dir("validation") / f"{name}.yaml").read_text())
+    data["env"] = env
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return tmp_path
+
+
+def test_a_run_s_nccl_algo_and_proto_are_applied(tmp_path):
+    """NCCL_ALGO / NCCL_PROTO in a published run's environment force what the run forced."""
+    folder = _copy_with_env(tmp_path, "nebius-h100-2node-ib", {"NCCL_ALGO": "Ring", "NCCL_PROTO": "simple"})
+    (forced,) = load_published("nebius-h100-2node-ib", folder)
+    rows = compare(forced)
+    assert {(r.algorithm, r.protocol) for r in rows} == {("ring", "Simple")}
+    (shipped,) = load_published("nebius-h100-2node-ib")
+    assert {r.algorithm for r in compare(shipped)} != {"ring"}
+
+
+def test_p2p_disable_sends_every_gpu_pair_through_host_memory(tmp_path):
+    """NCCL_P2P_DISABLE=1: no peer-to-peer transport, NVLink included; the NVLink pair's bytes
+    go through host memory (SHM) and its busbw falls."""
+    folder = _copy_with_env(tmp_path, "a40-nvlink-pair", {"NCCL_P2P_DISABLE": "1"})
+    (disabled,) = load_published("a40-nvlink-pair", folder)
+    (shipped,) = load_published("a40-nvlink-pair")
+    assert NcclMachine.build(disabled.topology(), 2).hop(0, 1).transport == "shm"
+    slow, fast = (compare(f)[-1].predicted_busbw_GBps for f in (disabled, shipped))
+    assert slow < fast / 2
+
+
+@pytest.mark.parametrize("key,value", [("NCCL_ALGO", "Ring,Tree"), ("NCCL_PROTO", "LL256"),
+                                       ("NCCL_P2P_DISABLE", "yes"), ("NCCL_P2P_LEVEL", "NODE")])
+def test_an_env_value_the_model_cannot_apply_is_one_line(tmp_path, capsys, key, value):
+    _copy_with_env(tmp_path, "a40-nvlink-pair", {key: value})
+    with pytest.raises(UserInputError) as err:
+        load_published("a40-nvlink-pair", tmp_path)
+    text = str(err.value)
+    assert "\n" not in text and key in text and "allowed" in text and "a40-nvlink-pair.yaml" in text

@@ -60,6 +60,20 @@ class PublishedMeasurement(Strict):
         return op
 
 
+# NCCL's environment variables a run set that change what the model predicts, and the
+# values each may take (NCCL's names, any case); others are kept as the run's record only
+_NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+_NCCL_PROTOS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+APPLIED_ENV = {
+    "NCCL_ALGO": tuple(_NCCL_ALGOS),  # one algorithm (NCCL's lists and ^exclusions are not followed)
+    "NCCL_PROTO": tuple(_NCCL_PROTOS),
+    "NCCL_P2P_LEVEL": _P2P_LEVELS,
+    "NCCL_P2P_DISABLE": ("0", "1"),
+    "NCCL_TREE_THRESHOLD": ("0",),  # 2.4 only: 0 keeps all-reduces off the tree
+}
+
+
 class PublishedSystem(Strict):
     name: str = Field(min_length=1)
     kind: str = Field(min_length=3)
@@ -71,6 +85,16 @@ class PublishedSystem(Strict):
     gpus: Annotated[RankCount, Field(ge=2)]
     measurements: list[PublishedMeasurement] = Field(min_length=1)
 
+    @field_validator("env")
+    @classmethod
+    def _applied_env_is_understood(cls, env: dict[str, str]) -> dict[str, str]:
+        """A variable the model applies must hold a value it can apply (one algorithm or
+        protocol, a P2P level, 0 or 1); the rest are kept as they are."""
+        for key, allowed in APPLIED_ENV.items():
+            if key in env and env[key].strip().lower() not in {a.lower() for a in allowed}:
+                raise ValueError(f"{key}={env[key]!r} is not one the model applies; allowed: {', '.join(allowed)}")
+        return env
+
 
 @dataclass(frozen=True)
 class PublishedFile:
@@ -81,8 +105,11 @@ class PublishedFile:
         """The file's topology, with the NCCL_P2P_LEVEL its run set (the nccl algorithm's
         TopologyFile.nccl_p2p_level) unless the topology gives one itself."""
         data = dict(self.spec.topology)
-        if "NCCL_P2P_LEVEL" in self.spec.env:
-            data.setdefault("nccl_p2p_level", self.spec.env["NCCL_P2P_LEVEL"])
+        env = self.spec.env
+        if "NCCL_P2P_LEVEL" in env:
+            data.setdefault("nccl_p2p_level", env["NCCL_P2P_LEVEL"].strip().upper())
+        elif env.get("NCCL_P2P_DISABLE", "0").strip() == "1":
+            data.setdefault("nccl_p2p_level", "LOC")  # no peer-to-peer between any two GPUs
         return topology_from_dict(data, self.path)
 
     @property
@@ -98,12 +125,15 @@ class PublishedFile:
         return min(self.spec.nccl_version, NEWEST_VERSION, key=parse_version)
 
     def options(self) -> TrainingOptions:
-        """The run's NCCL release, and the choice its environment forced: NCCL_TREE_THRESHOLD=0
-        kept NCCL 2.4 off its tree (init.cc; releases from 2.5 no longer read it)."""
-        algo = None
-        if self.spec.env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
+        """The run's NCCL release, and the choice its environment forced: NCCL_ALGO and
+        NCCL_PROTO, or NCCL_TREE_THRESHOLD=0, which kept NCCL 2.4 off its tree (init.cc;
+        releases from 2.5 no longer read it)."""
+        env = self.spec.env
+        algo = _NCCL_ALGOS.get(env.get("NCCL_ALGO", "").strip().lower())
+        proto = _NCCL_PROTOS.get(env.get("NCCL_PROTO", "").strip().lower())
+        if env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
             algo = "ring"
-        return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo)
+        return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo, nccl_proto=proto)
 
 
 def load_published(name: str | None = None, directory: Path | None = None) -> list[PublishedFile]:
