@@ -127,7 +127,8 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
     elif a == "pat":
         # Simple on the tree graph: like a ring's Simple, held by the graph only on fewer channels
         graph = machine.tree
-        kernels = fraction * graph.channels * graph.bw_inter if fraction < 1 else float("inf")
+        graph_bw = graph.bw_intra if machine.node_count <= 2 else graph.bw_inter  # as tuning.cc rates it
+        kernels = fraction * graph.channels * graph_bw if fraction < 1 else float("inf")
         flows = _pat_flows(cluster, machine, nbytes, choice, kernels)
     elif a == "tree":
         # NCCL's bus bandwidth for a tree, with its correction at medium sizes (tuning.cc)

@@ -103,7 +103,8 @@ class PublishedFile:
 
     def topology(self) -> Topology:
         """The file's topology, with the NCCL_P2P_LEVEL its run set (the nccl algorithm's
-        TopologyFile.nccl_p2p_level) unless the topology gives one itself."""
+        TopologyFile.nccl_p2p_level; NCCL_P2P_DISABLE=1 is level LOC, no peer-to-peer between
+        two GPUs) unless the topology gives one itself."""
         data = dict(self.spec.topology)
         env = self.spec.env
         if "NCCL_P2P_LEVEL" in env:
