@@ -313,3 +313,49 @@ def test_a_one_gpu_tree_takes_the_tree_pattern_factor_from_2_18():
     bus = two.tree.channels * two.tree.bw_inter
     assert tuning.entry("all_reduce", "tree", "Simple").bandwidth_GBps == pytest.approx(
         min(bus * 0.92, two.tree.channels * tuning.per_channel_max_tree_bw) * 0.5)
+
+
+def _machine_for(name: str, version: str):
+    from gansim.prediction.published import load_published
+
+    (published,) = load_published(name)
+    era = era_for(version)
+    return NcclMachine.build(published.topology(), published.spec.gpus, era.dup_channels, era.hopper_doubling)
+
+
+def test_ring_channels_are_duplicated_as_each_release_s_search_does():
+    """search.cc ncclTopoDupChannels on an NVLink-bridged pair of A40s (compute capability
+    8.6), whose search finds one 40 GB/s channel: v2.16.5-1 duplicates only "(ccMin <= 80 &&
+    bwIntra >= 25.0) || (ccMin <= 90 && bwIntra >= 50.0)", so not here; v2.18.3-1 skips only
+    below 25 GB/s or "ccMin > 80 && bwIntra < 50.0 && nChannels > 4", so it duplicates; and
+    v2.15.5-1 duplicates from 25 GB/s on any GPU."""
+    old, new, older = (_machine_for("a40-nvlink-pair", v) for v in ("2.16.5", "2.18.3", "2.15.5"))
+    assert (old.ring.channels, old.ring.bw_intra) == (1, 40.0)
+    assert (new.ring.channels, new.ring.bw_intra) == (2, 20.0)
+    assert (older.ring.channels, older.ring.bw_intra) == (2, 20.0)
+    assert (old.comm_channels, new.comm_channels) == (2, 4)
+
+
+@pytest.mark.parametrize("version,capability,expected", [
+    ("2.17.1", 90, 16),  # not before 2.18
+    ("2.18.3", 90, 32),  # "minCompCap == 90 ... && 2*nChannels <= MAXCHANNELS": 16 channels double
+    ("2.20.5", 90, 16),  # "nChannels < 16"
+    ("2.24.3", 100, 16),  # Blackwell: only from 2.25 ("minCompCap >= 90")
+    ("2.30.7", 100, 16),  # ... and only below 16 channels
+])
+def test_connect_cc_doubles_fast_rings_across_machines_as_each_release_does(version, capability, expected):
+    """connect.cc ncclTopoPostset: "Use 4 compute channels per search channel to reach peak BW
+    on <8 PPN" for rings faster than 45 GB/s across machines; a ring graph of 8 channels at
+    48 GB/s is 16 communicator channels before it."""
+    from dataclasses import replace
+
+    from gansim.collectives.nccl_topology import Graph
+
+    era = era_for(version)
+    machine = replace(_machine_for("lambda-b200-2node-ib", version), capability=capability,
+                      max_capability=capability, hopper_doubling=era.hopper_doubling)
+    machine.__dict__["ring"] = Graph("ring", 8, 48.0, 48.0, 1, 4)  # the search's result, as given
+    assert machine.comm_channels == expected
+    machine.__dict__["ring"] = Graph("ring", 7, 48.0, 48.0, 1, 4)  # 14 channels: below 16 in every release
+    assert machine.comm_channels == (14 if era.hopper_doubling is None or not (
+        era.hopper_doubling[0] <= capability <= era.hopper_doubling[1]) else 28)

@@ -75,8 +75,9 @@ class NcclState:
 def nccl_state(cluster: Cluster, nccl_version: str | None = None) -> NcclState:
     """NCCL's view of the run's machine, tuned as release `nccl_version` tunes it (None: the
     topology's own `nccl_version`, else the newest release the model follows)."""
-    machine = NcclMachine.build(cluster.topology, cluster.ranks)
-    return NcclState(machine, tune(machine, era_for(nccl_version or cluster.topology.nccl_version)))
+    era = era_for(nccl_version or cluster.topology.nccl_version)
+    machine = NcclMachine.build(cluster.topology, cluster.ranks, era.dup_channels, era.hopper_doubling)
+    return NcclState(machine, tune(machine, era))
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,11 @@ class NcclMachine:
     nvls_supported: bool
     nics: list[list[str]]  # per machine, its NIC node ids (those with a network link)
     nic: NicModel | None = None  # the NICs' net plugin (NIC_MODELS), None: NCCL's own transport
+    # the release's search rules (gansim/collectives/nccl_versions.py NcclEra): when
+    # ncclTopoDupChannels duplicates the ring's channels, and when connect.cc doubles the
+    # communicator's channels again on Hopper and newer across machines
+    dup_channels: str = "2.18"
+    hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
     # gansim/collectives/nccl.py's loads of every hop of a set of channels, per protocol's wire
@@ -208,7 +213,8 @@ class NcclMachine:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, topology: Topology, ranks: int) -> "NcclMachine":
+    def build(cls, topology: Topology, ranks: int, dup_channels: str = "2.18",
+              hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of
         groups: dict[int, list[int]] = {}
@@ -252,7 +258,7 @@ class NcclMachine:
         return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
                    # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
-                   bool(sharp and min(caps) >= 90), nics, plugin)
+                   bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling)
 
     @property
     def node_count(self) -> int:
@@ -585,7 +591,7 @@ class NcclMachine:
             return Graph("ring", 1, 0.1, 0.1, PATH_SYS, PATH_SYS, (tuple(order),), ((0, 0),))
         count, bw, ptype, orders = best
         # ncclTopoDupChannels: fast channels are duplicated, each with half the bandwidth
-        if bw >= 25.0 and not (self.capability > 80 and bw < 50.0 and count > 4):
+        if self._duplicates(bw, count):
             dup = min(2 * count, RING_MAX_CHANNELS)
             bw /= math.ceil(dup / count)
             orders = (orders * 2)[:dup]
@@ -602,6 +608,18 @@ class NcclMachine:
         placed = [self._global_order(orders[c % len(orders)], c) for c in range(count)]
         type_inter = PATH_PIX if inter else PATH_LOC
         return Graph("ring", count, bw, bw, ptype, type_inter, tuple(o for o, _ in placed), tuple(n for _, n in placed))
+
+    def _duplicates(self, bw: float, count: int) -> bool:
+        """search.cc ncclTopoDupChannels, as the release has it: from 2.18, not below 25 GB/s
+        a channel, nor past Ampere below 50 GB/s with more than 4 channels; 2.16-2.17, from
+        25 GB/s up to Ampere and 50 GB/s on Hopper ("(ccMin <= 80 && bwIntra >= 25.0) ||
+        (ccMin <= 90 && bwIntra >= 50.0)"); before, from 25 GB/s on every GPU."""
+        cap = self.capability
+        if self.dup_channels == "2.16":
+            return (cap <= 80 and bw >= 25.0) or (cap <= 90 and bw >= 50.0)
+        if self.dup_channels == "2.7":
+            return bw >= 25.0
+        return bw >= 25.0 and not (cap > 80 and bw < 50.0 and count > 4)
 
     def _global_order(self, local: list[int], channel: int) -> tuple[tuple[int, ...], tuple[int, int]]:
         """A channel's ring over every rank, and its (NIC in, NIC out) index on every machine:
@@ -699,12 +717,17 @@ class NcclMachine:
 
     @property
     def comm_channels(self) -> int:
-        """comm->nChannels: the ring's channels doubled (connect.cc), and doubled again on
-        Hopper multi-node rings faster than 45 GB/s with fewer than 16 channels."""
+        """comm->nChannels: the ring's channels doubled (connect.cc), and doubled again across
+        machines on rings faster than 45 GB/s, from 2.18 ("Use 4 compute channels per search
+        channel to reach peak BW on <8 PPN"): on compute capability 9.0 only until 2.24
+        ("minCompCap == 90", then ">= 90"), up to 16 channels before it in 2.18-2.19
+        ("2*nChannels <= MAXCHANNELS"), fewer than 16 from 2.20."""
         ring = self.ring
         n = min(MAXCHANNELS, 2 * ring.channels)
-        if self.capability >= 90 and self.node_count > 1 and ring.bw_intra > 45.0 and n < 16:
-            n = min(MAXCHANNELS, 2 * n)
+        if self.hopper_doubling is not None:
+            low, high, most = self.hopper_doubling  # capabilities it applies to, channels before it
+            if low <= self.capability <= high and self.node_count > 1 and ring.bw_intra > 45.0 and n <= most:
+                n = min(MAXCHANNELS, 2 * n)
         return n
 
     def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:

@@ -136,6 +136,12 @@ class NcclEra:
     # "if (a == TREE && pattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85" (2.18 on); search.cc
     # gives a machine of one GPU that pattern; None: no such factor
     tree_pattern_tree_factor: float | None = 0.85
+    # the search's rules (NcclMachine): ncclTopoDupChannels' ("2.7": up to 2.15, "2.16": 2.16-2.17,
+    # "2.18": from 2.18), and connect.cc's doubling of the channels across machines on fast
+    # rings (from 2.18): the compute capabilities (x 10) it applies to and the most channels
+    # before it; None: none
+    dup_channels: str = "2.18"
+    hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)
     # how the algorithm and protocol are chosen: "model" (tuning.cc's fastest, 2.5 on) or
     # "thresholds" (2.4: a tree threshold and an LL threshold, nccl_tuning._choose_by_thresholds)
     choice: str = "model"
@@ -175,7 +181,7 @@ ERA_2_12 = NcclEra(
     ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False,
     nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
     plugin_latency_adds=False, ll_ring_single_node_other_factor=1.0 / 3.0, pat_factor=None, pat_min_capability=0,
-    tree_pattern_tree_factor=None)
+    tree_pattern_tree_factor=None, dup_channels="2.7", hopper_doubling=None)
 # v2.10.3-1 (and v2.11.4-1, the same figures): 2.12's but for the network ring Simple latency
 # (9.6 us; 28 in 2.12), the ring's network steps (2 (nNodes - 1); 2 nNodes in 2.12) and a net
 # plugin's latency, which NCCL read from 2.12 on
@@ -227,8 +233,10 @@ ERA_2_15 = replace(ERA_2_14, first=(2, 15), tag="v2.16.5-1",
                    ll_max_bws=ERA_2_14.ll_max_bws + ((87.7, 22.5, 19.0),),
                    per_ch_tree=ERA_2_14.per_ch_tree + ((24.0, 23.6, 17.8),),
                    ll128_capabilities=frozenset({70, 80, 90}))
+# v2.16.5-1 search.cc: channels duplicated from 25 GB/s up to Ampere, from 50 GB/s on Hopper
+ERA_2_16 = replace(ERA_2_15, first=(2, 16), tag="v2.16.5-1", dup_channels="2.16")
 # v2.17.1-1: NVLS (base 40 us), Hopper's own figures and a 370 GB/s cap, compCapIndex by ">="
-ERA_2_17 = replace(ERA_2_15, first=(2, 17), tag="v2.17.1-1",
+ERA_2_17 = replace(ERA_2_16, first=(2, 17), tag="v2.17.1-1",
                    base_latency={**ERA_2_15.base_latency, "nvls": (0.0, 0.0, 40.0)},
                    per_ch_ring_ll128=((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
                    per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
@@ -248,7 +256,7 @@ ERA_2_18 = replace(
     per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
     per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
     bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, plateau="by_generation",
-    tree_pattern_tree_factor=0.85, nvls="five_sixths",
+    tree_pattern_tree_factor=0.85, dup_channels="2.18", hopper_doubling=(90, 90, 16), nvls="five_sixths",
     nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
 # (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
@@ -261,9 +269,11 @@ ERA_2_19 = replace(
                 "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
                         "nvls_tree": (0.0, 0.0, 14.0)}},
     nvls_tree_ratio_2_18=False, nvls_tree_many_nodes_chunk=64 * 1024)
+# v2.20.5-1 connect.cc: the channels doubled again across machines only below 16 of them
+ERA_2_20 = replace(ERA_2_19, first=(2, 20), tag="v2.20.5-1", hopper_doubling=(90, 90, 15))
 # v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us
 ERA_2_21 = replace(
-    ERA_2_19, first=(2, 21), tag="v2.21.5-1",
+    ERA_2_20, first=(2, 21), tag="v2.21.5-1",
     hw_latency=_hw(ERA_2_19.hw_latency, nvlink={"nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0)}),
     ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5,
     ll_ring_single_node_other_factor=None, nvls_tree_first_chunk=128 * 1024)
@@ -278,8 +288,9 @@ ERA_2_23 = replace(
     pat_factor=0.85)
 # v2.24.3-1: PAT at .75 of the tree graph's bandwidth
 ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75)
-# v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100)
-ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32)
+# v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100), its channels doubled across machines too
+ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32,
+                   hopper_doubling=(90, 1000, 15))  # connect.cc "minCompCap >= 90" (was == 90)
 # v2.26.2-1: PAT only from compute capability 6.0
 ERA_2_26 = replace(ERA_2_25, first=(2, 26), tag="v2.26.2-1", pat_min_capability=60)
 # v2.27.7-1: LL128 on every GPU from 7.0
@@ -297,8 +308,8 @@ ERA_2_28 = replace(
 ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
                    hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}))
 
-ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_17, ERA_2_18,
-        ERA_2_19, ERA_2_21, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28, ERA_2_30)
+ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_16, ERA_2_17,
+        ERA_2_18, ERA_2_19, ERA_2_20, ERA_2_21, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28, ERA_2_30)
 NEWEST = ERA_2_30
 
 
