@@ -320,19 +320,20 @@ def _machine_for(name: str, version: str):
 
     (published,) = load_published(name)
     era = era_for(version)
-    return NcclMachine.build(published.topology(), published.spec.gpus, era.dup_channels, era.hopper_doubling)
+    return NcclMachine.build(published.topology(), published.spec.gpus, **era.search_rules())
 
 
-def test_ring_channels_are_duplicated_as_each_release_s_search_does():
-    """search.cc ncclTopoDupChannels on an NVLink-bridged pair of A40s (compute capability
-    8.6), whose search finds one 40 GB/s channel: v2.16.5-1 duplicates only "(ccMin <= 80 &&
-    bwIntra >= 25.0) || (ccMin <= 90 && bwIntra >= 50.0)", so not here; v2.18.3-1 skips only
-    below 25 GB/s or "ccMin > 80 && bwIntra < 50.0 && nChannels > 4", so it duplicates; and
-    v2.15.5-1 duplicates from 25 GB/s on any GPU."""
+def test_the_ring_search_steps_and_duplicates_as_each_release_does():
+    """search.cc on an NVLink-bridged pair of A40s (compute capability 8.6): the search finds one
+    channel at the fastest speed step the bridge carries, 44 GB/s in v2.15-2.17's intra-node
+    steps (44, 30, 22, ...) and 40 in v2.18's (40, 30, 20, ...). ncclTopoDupChannels then
+    duplicates it in v2.15.5-1 (from 25 GB/s on any GPU), not in v2.16.5-1 ("(ccMin <= 80 &&
+    bwIntra >= 25.0) || (ccMin <= 90 && bwIntra >= 50.0)"), and again in v2.18.3-1 (skipped
+    only below 25 GB/s or "ccMin > 80 && bwIntra < 50.0 && nChannels > 4")."""
     old, new, older = (_machine_for("a40-nvlink-pair", v) for v in ("2.16.5", "2.18.3", "2.15.5"))
-    assert (old.ring.channels, old.ring.bw_intra) == (1, 40.0)
+    assert (old.ring.channels, old.ring.bw_intra) == (1, 44.0)
     assert (new.ring.channels, new.ring.bw_intra) == (2, 20.0)
-    assert (older.ring.channels, older.ring.bw_intra) == (2, 20.0)
+    assert (older.ring.channels, older.ring.bw_intra) == (2, 22.0)
     assert (old.comm_channels, new.comm_channels) == (2, 4)
 
 

@@ -76,7 +76,7 @@ def nccl_state(cluster: Cluster, nccl_version: str | None = None) -> NcclState:
     """NCCL's view of the run's machine, tuned as release `nccl_version` tunes it (None: the
     topology's own `nccl_version`, else the newest release the model follows)."""
     era = era_for(nccl_version or cluster.topology.nccl_version)
-    machine = NcclMachine.build(cluster.topology, cluster.ranks, era.dup_channels, era.hopper_doubling)
+    machine = NcclMachine.build(cluster.topology, cluster.ranks, **era.search_rules())
     return NcclState(machine, tune(machine, era))
 
 

@@ -150,13 +150,18 @@ def link_efficiency(kind: str, capability: int) -> float:
     return 1.0
 
 
-def speed_arrays(capability: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """search.cc ncclTopoCompute: (intra-node, inter-node) speed arrays for this GPU generation."""
-    if capability >= 100:
-        return SM100_SPEED_ARRAY_INTRA, SM100_SPEED_ARRAY_INTER
-    if capability >= 90:
-        return SM90_SPEED_ARRAY_INTRA, SM90_SPEED_ARRAY_INTER
-    return SPEED_ARRAY_INTRA, SPEED_ARRAY_INTER
+# per GPU generation, from the lowest compute capability (x 10) it covers: (intra, inter)
+SpeedTable = tuple[tuple[int, tuple[float, ...], tuple[float, ...]], ...]
+NEWEST_SPEEDS: SpeedTable = ((0, SPEED_ARRAY_INTRA, SPEED_ARRAY_INTER),
+                             (90, SM90_SPEED_ARRAY_INTRA, SM90_SPEED_ARRAY_INTER),
+                             (100, SM100_SPEED_ARRAY_INTRA, SM100_SPEED_ARRAY_INTER))
+
+
+def speed_arrays(capability: int, table: SpeedTable = NEWEST_SPEEDS) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """search.cc ncclTopoCompute: (intra-node, inter-node) speed arrays for this GPU generation,
+    as the release's table has them (the newest release's by default)."""
+    _, intra, inter = [row for row in table if row[0] <= capability][-1]
+    return intra, inter
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,7 @@ class NcclMachine:
     # communicator's channels again on Hopper and newer across machines
     dup_channels: str = "2.18"
     hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)
+    speeds: SpeedTable = NEWEST_SPEEDS  # the search's speed steps
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
     # gansim/collectives/nccl.py's loads of every hop of a set of channels, per protocol's wire
@@ -214,7 +220,8 @@ class NcclMachine:
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, topology: Topology, ranks: int, dup_channels: str = "2.18",
-              hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)) -> "NcclMachine":
+              hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15),
+              speeds: SpeedTable = NEWEST_SPEEDS) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of
         groups: dict[int, list[int]] = {}
@@ -258,7 +265,7 @@ class NcclMachine:
         return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
                    # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
-                   bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling)
+                   bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling, speeds)
 
     @property
     def node_count(self) -> int:
@@ -551,7 +558,7 @@ class NcclMachine:
     def ring(self) -> Graph:
         """search.cc ncclTopoCompute for the ring pattern (first pass: from the highest speed
         down, path types from the best up; then DupChannels; second pass: raise the speed)."""
-        intra_speeds, inter_speeds = speed_arrays(self.capability)
+        intra_speeds, inter_speeds = speed_arrays(self.capability, self.speeds)
         inter = self.node_count > 1
         speeds = inter_speeds if inter else intra_speeds
         members0 = self.nodes[0]
@@ -674,7 +681,7 @@ class NcclMachine:
         ring = self.ring
         if self.node_count == 1:
             return Graph("tree", ring.channels, ring.bw_intra, ring.bw_intra, ring.type_intra, PATH_LOC)
-        intra_speeds, inter_speeds = speed_arrays(self.capability)
+        intra_speeds, inter_speeds = speed_arrays(self.capability, self.speeds)
         nic_bw = min(self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
         per_nic = max(1, math.ceil(ring.channels / max(len(self.nics[0]), 1)))
         bw_inter = next((s for s in inter_speeds if s <= nic_bw / per_nic), inter_speeds[-1])
@@ -697,7 +704,7 @@ class NcclMachine:
         members = self.nodes[0]
         heads = min(NCCL_MAX_NVLS_ARITY, len(members))
         per_gpu = min(self._gpu_total_bw(r) for r in members)
-        speeds = speed_arrays(self.capability)[1 if self.node_count > 1 else 0]
+        speeds = speed_arrays(self.capability, self.speeds)[1 if self.node_count > 1 else 0]
         # heads channels, each taking bw from every GPU and 2 bw from its head: (heads + 1) bw
         i = next((k for k, s in enumerate(speeds) if (heads + 1) * s <= per_gpu + 1e-9), len(speeds) - 1)
         bw = speeds[i]

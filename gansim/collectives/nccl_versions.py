@@ -31,6 +31,38 @@ Row = tuple[float, float, float]  # per node count: 1 node, 2 nodes, more (the "
 # GPU generations, as tuning.cc's compCapIndex rows
 VOLTA, AMPERE, HOPPER, BLACKWELL = range(4)
 
+# search.cc: the per-channel bandwidths the graph search tries, per GPU generation (from the
+# lowest compute capability x 10 it covers): (intra-node, inter-node); one array for both
+# before 2.10, Hopper's own from 2.16, Blackwell's from 2.25
+_LOW = (2.4, 1.2, 0.24, 0.12)
+_TAIL = (10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+_ONE_2_6 = (24.0, 21.0, 18.0, 15.0, 12.0) + _TAIL + _LOW  # v2.6.4-1 (2.5 taken as 2.6)
+_ONE_2_7 = (42.0,) + _ONE_2_6  # v2.7.8-1
+_ONE_2_8 = (42.0, 30.0) + _ONE_2_6  # v2.8.4-1, v2.9.9-1
+_INTRA_2_10 = (44.0, 30.0, 22.0, 18.0, 15.0, 12.0) + _TAIL  # v2.10.3-1 ... v2.17.1-1
+_INTER_2_10 = (48.0, 30.0, 24.0, 22.0, 18.0, 15.0, 12.0) + _TAIL + _LOW  # v2.10.3-1 ... v2.14.3-1
+_INTER_2_15 = (48.0, 30.0, 28.0, 24.0, 22.0, 18.0, 15.0, 12.0) + _TAIL + _LOW  # v2.15.5-1 ... v2.17.1-1
+_INTRA_2_18 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0) + _TAIL  # v2.18.3-1 on
+_INTER_2_18 = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0) + _TAIL + _LOW
+_SM90_2_16 = ((66.0, 33.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0), (48.0, 45.0, 30.0, 24.0, 15.0, 12.0, 6.0, 3.0) + _LOW)
+_SM90_INTER_2_18 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0) + _LOW
+_SM90_2_18 = ((60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0), _SM90_INTER_2_18)
+_SM90_INTER_2_19 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0) + _LOW
+_SM90_2_19 = ((60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0), _SM90_INTER_2_19)
+_SM90_2_21 = ((60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0), _SM90_INTER_2_19)
+_SM100_INTRA_2_25 = (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0)
+_SM100_2_25 = (_SM100_INTRA_2_25, _SM90_INTER_2_19)
+_SM100_2_27 = (_SM100_INTRA_2_25 + (18.0,), (47.9,) + _SM90_INTER_2_19[1:])
+_SM100_2_28 = (_SM100_INTRA_2_25 + (18.0,), (96.0, 48.0, 45.1) + _SM90_INTER_2_19[2:])
+_SM100_INTRA_2_29 = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
+_SM100_2_29 = (_SM100_INTRA_2_29, (96.0, 80.0, 48.0, 45.1) + _SM90_INTER_2_19[2:])
+
+
+def _speeds(default: tuple, *newer: tuple[int, tuple]) -> tuple:
+    """A release's speed table: its arrays for every GPU, then those of newer generations."""
+    return ((0, *default),) + tuple((cap, *arrays) for cap, arrays in newer)
+
+
 # tuning.cc treeCorrectionFactor ("Trees are not perfectly sticking to the model for medium
 # sizes"): per protocol (LL, LL128, Simple), powers of two from 64 B
 TREE_CORRECTION_2_5 = (  # v2.5.7-1, v2.6.4-1
@@ -142,6 +174,8 @@ class NcclEra:
     # before it; None: none
     dup_channels: str = "2.18"
     hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)
+    # search.cc's speed steps per GPU generation (_speeds); None: the newest release's
+    speeds: tuple | None = None
     # how the algorithm and protocol are chosen: "model" (tuning.cc's fastest, 2.5 on) or
     # "thresholds" (2.4: a tree threshold and an LL threshold, nccl_tuning._choose_by_thresholds)
     choice: str = "model"
@@ -149,6 +183,13 @@ class NcclEra:
     @property
     def name(self) -> str:
         return f"{self.first[0]}.{self.first[1]}"
+
+    def search_rules(self) -> dict:
+        """The graph search's rules of this release, as NcclMachine.build takes them."""
+        rules: dict = {"dup_channels": self.dup_channels, "hopper_doubling": self.hopper_doubling}
+        if self.speeds is not None:
+            rules["speeds"] = self.speeds
+        return rules
 
 
 _VOLTA_AMPERE_ROWS = dict(
@@ -181,7 +222,8 @@ ERA_2_12 = NcclEra(
     ll128_capabilities=frozenset({70, 80}), ll128_intra_path="nvl", ll128_pxn_from_hopper=False,
     nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
     plugin_latency_adds=False, ll_ring_single_node_other_factor=1.0 / 3.0, pat_factor=None, pat_min_capability=0,
-    tree_pattern_tree_factor=None, dup_channels="2.7", hopper_doubling=None)
+    tree_pattern_tree_factor=None, dup_channels="2.7", hopper_doubling=None,
+    speeds=_speeds((_INTRA_2_10, _INTER_2_10)))
 # v2.10.3-1 (and v2.11.4-1, the same figures): 2.12's but for the network ring Simple latency
 # (9.6 us; 28 in 2.12), the ring's network steps (2 (nNodes - 1); 2 nNodes in 2.12) and a net
 # plugin's latency, which NCCL read from 2.12 on
@@ -194,7 +236,8 @@ ERA_2_8 = replace(ERA_2_10, first=(2, 8), tag="v2.9.9-1",
                   per_ch_tree=(_VOLTA_AMPERE_ROWS["tree"][0], (24.0, 22.5, 16.0)),
                   ll128_cap_by_collective={"broadcast": 18.8, "all_gather": 18.3, "reduce_scatter": 15.2,
                                            "all_reduce": 16.9},
-                  tree_ll128_multi_node_factor=0.915, tree_correction=TREE_CORRECTION_2_8)
+                  tree_ll128_multi_node_factor=0.915, tree_correction=TREE_CORRECTION_2_8,
+                  speeds=_speeds((_ONE_2_8, _ONE_2_8)))
 # v2.7.8-1: no llMaxBws nor perChMaxTreeBws yet: the tree at .9 under one cap (110 / 80 GB/s,
 # LL128 on Ampere 130 / 105), its LL128 cap x 7/9; the network tree Simple hop 50 us
 ERA_2_7 = replace(ERA_2_8, first=(2, 7), tag="v2.7.8-1",
@@ -203,7 +246,8 @@ ERA_2_7 = replace(ERA_2_8, first=(2, 7), tag="v2.7.8-1",
                   ll_max_bws=(), per_ch_tree=(), tree_factor=0.9, tree_total_cap=(2, 110.0, 80.0),
                   tree_total_cap_ampere_ll128=(2, 130.0, 105.0),
                   ll128_cap_by_collective={**ERA_2_8.ll128_cap_by_collective, "all_reduce": 16.7},
-                  tree_ll128_cap_scale=7.0 / 9.0, tree_correction=TREE_CORRECTION_2_7)
+                  tree_ll128_cap_scale=7.0 / 9.0, tree_correction=TREE_CORRECTION_2_7,
+                  speeds=_speeds((_ONE_2_7, _ONE_2_7)))
 # v2.6.4-1: the first model's figures: ring LL128 base 3.6 us, every ring step across nodes at
 # the network hop, LL128 capped for all channels (ll128MaxBw) and only on Volta over NVLink,
 # the tree at .9 under 110 / 80 GB/s with LL at 1/3, no Ampere cap, no plateau
@@ -219,7 +263,7 @@ ERA_2_6 = replace(
     ll128_cap_per_channel=False, tree_total_cap_ampere_ll128=None, tree_ll_divisor=3.0,
     tree_ll128_multi_node_factor=7.0 / 9.0, tree_ll128_cap_scale=None, ring_net_every_step=True,
     multi_node_ll_intra_factor=1.0, plateau=None, ll128_capabilities=frozenset({70}), ll128_inter_path="pix",
-    tree_correction=TREE_CORRECTION_2_5)
+    tree_correction=TREE_CORRECTION_2_5, speeds=_speeds((_ONE_2_6, _ONE_2_6)))
 # v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
@@ -228,13 +272,14 @@ ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choic
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
-# v2.16.5-1 (2.15 on): a Hopper row (exactly 9.0) with Ampere's figures; LL128 on 9.0 too
-ERA_2_15 = replace(ERA_2_14, first=(2, 15), tag="v2.16.5-1",
+# v2.15.5-1 (its tuning.cc as v2.16.5-1's): a Hopper row (exactly 9.0) with Ampere's figures; LL128 on 9.0 too
+ERA_2_15 = replace(ERA_2_14, first=(2, 15), tag="v2.15.5-1",
                    ll_max_bws=ERA_2_14.ll_max_bws + ((87.7, 22.5, 19.0),),
                    per_ch_tree=ERA_2_14.per_ch_tree + ((24.0, 23.6, 17.8),),
-                   ll128_capabilities=frozenset({70, 80, 90}))
+                   ll128_capabilities=frozenset({70, 80, 90}), speeds=_speeds((_INTRA_2_10, _INTER_2_15)))
 # v2.16.5-1 search.cc: channels duplicated from 25 GB/s up to Ampere, from 50 GB/s on Hopper
-ERA_2_16 = replace(ERA_2_15, first=(2, 16), tag="v2.16.5-1", dup_channels="2.16")
+ERA_2_16 = replace(ERA_2_15, first=(2, 16), tag="v2.16.5-1", dup_channels="2.16",
+                   speeds=_speeds((_INTRA_2_10, _INTER_2_15), (90, _SM90_2_16)))
 # v2.17.1-1: NVLS (base 40 us), Hopper's own figures and a 370 GB/s cap, compCapIndex by ">="
 ERA_2_17 = replace(ERA_2_16, first=(2, 17), tag="v2.17.1-1",
                    base_latency={**ERA_2_15.base_latency, "nvls": (0.0, 0.0, 40.0)},
@@ -257,7 +302,8 @@ ERA_2_18 = replace(
     per_ch_tree=ERA_2_17.per_ch_tree[:2] + ((38.7, 41.4, 36.0),),
     bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, plateau="by_generation",
     tree_pattern_tree_factor=0.85, dup_channels="2.18", hopper_doubling=(90, 90, 16), nvls="five_sixths",
-    nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb")
+    nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb",
+    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_18)))
 # (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
 ERA_2_19 = replace(
@@ -268,7 +314,8 @@ ERA_2_19 = replace(
                 "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), **_NO_NVLS},
                 "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
                         "nvls_tree": (0.0, 0.0, 14.0)}},
-    nvls_tree_ratio_2_18=False, nvls_tree_many_nodes_chunk=64 * 1024)
+    nvls_tree_ratio_2_18=False, nvls_tree_many_nodes_chunk=64 * 1024,
+    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_19)))
 # v2.20.5-1 connect.cc: the channels doubled again across machines only below 16 of them
 ERA_2_20 = replace(ERA_2_19, first=(2, 20), tag="v2.20.5-1", hopper_doubling=(90, 90, 15))
 # v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us
@@ -276,7 +323,8 @@ ERA_2_21 = replace(
     ERA_2_20, first=(2, 21), tag="v2.21.5-1",
     hw_latency=_hw(ERA_2_19.hw_latency, nvlink={"nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0)}),
     ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5,
-    ll_ring_single_node_other_factor=None, nvls_tree_first_chunk=128 * 1024)
+    ll_ring_single_node_other_factor=None, nvls_tree_first_chunk=128 * 1024,
+    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21)))
 # v2.23.4-1: tree Simple 4 / 4 / 14 us with a base of 8.4, ring inter steps 2 (nNodes - 1),
 # one GPU per node takes the tree's network latency, no LL128 ppn discount
 ERA_2_23 = replace(
@@ -290,11 +338,13 @@ ERA_2_23 = replace(
 ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75)
 # v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100), its channels doubled across machines too
 ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32,
-                   hopper_doubling=(90, 1000, 15))  # connect.cc "minCompCap >= 90" (was == 90)
+                   hopper_doubling=(90, 1000, 15),  # connect.cc "minCompCap >= 90" (was == 90)
+                   speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_25)))
 # v2.26.2-1: PAT only from compute capability 6.0
 ERA_2_26 = replace(ERA_2_25, first=(2, 26), tag="v2.26.2-1", pat_min_capability=60)
 # v2.27.7-1: LL128 on every GPU from 7.0
-ERA_2_27 = replace(ERA_2_26, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None)
+ERA_2_27 = replace(ERA_2_26, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None,
+                   speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_27)))
 # v2.28.9-1: Blackwell rows, NVLS by nvlsEfficiency, perChMaxNVLSTreeBws
 ERA_2_28 = replace(
     ERA_2_27, first=(2, 28), tag="v2.28.9-1",
@@ -303,13 +353,19 @@ ERA_2_28 = replace(
     per_ch_tree_ll128=ERA_2_27.per_ch_tree_ll128 + ((55.6, 31.67, 20.0),),
     per_ch_tree=ERA_2_27.per_ch_tree + ((70.0, 42.8, 24.0),),
     per_ch_nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0)),
-    blackwell_row=True, nvls="efficiency")
+    blackwell_row=True, nvls="efficiency",
+    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_28)))
+# v2.29.7-1 search.cc: Blackwell's speeds 45 (intra) and 80 (inter); v2.29.2-1 had only the first
+ERA_2_29 = replace(ERA_2_28, first=(2, 29), tag="v2.29.7-1",
+                   speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_29)))
 # v2.30.7-1 (ncclTunerConstantsDefaults): NVLS-Tree network hop 20.9 us
 ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
-                   hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}))
+                   hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}),
+                   speeds=None)  # NcclMachine's own, the newest
 
 ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_16, ERA_2_17,
-        ERA_2_18, ERA_2_19, ERA_2_20, ERA_2_21, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28, ERA_2_30)
+        ERA_2_18, ERA_2_19, ERA_2_20, ERA_2_21, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28,
+        ERA_2_29, ERA_2_30)
 NEWEST = ERA_2_30
 
 
