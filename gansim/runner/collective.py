@@ -23,7 +23,7 @@ from gansim.topology.graph import Topology
 class CollectiveTime:
     nbytes: int
     seconds: float
-    algorithm: str  # for `nccl`, what NCCL chose (ring, tree, nvls, nvls_tree), else the algorithm
+    algorithm: str  # for `nccl`, what NCCL chose (ring, tree, nvls, nvls_tree, pat), else the algorithm
     protocol: str  # LL, LL128, Simple for `nccl`; "" otherwise
     channels: int
     explain: Any = None  # with explain=True, for `nccl`: a gansim.collectives.nccl_explain.Explanation
