@@ -164,12 +164,18 @@ def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     two cores moves far more from run to run than a test can hold."""
     from gansim.calibration.profile.schema import load_profile
 
-    trace = import_traces(traces[1] + traces[2])
+    recorded = traces
     ratios = []
     # The two are real timings taken minutes apart on a shared machine: a stall in one of ten
-    # steps can move either by a third. A bias of the import is in every script run; noise is
-    # not, so the script is timed again (up to three times) until one run agrees.
+    # steps, or processes another test left winding down while the module's traces were
+    # recorded (seen: the traces 2.9 times the script, in every retry of the script alone),
+    # moves either. A bias of the import is in every pair; noise is not, so both are taken
+    # again, the traces and then the script, until a pair agrees (at most three pairs).
     for attempt in range(3):
+        if attempt:
+            (tmp_path / f"traces{attempt}").mkdir()
+            recorded = {world: profile_script(tmp_path / f"traces{attempt}", world) for world in (1, 2)}
+        trace = import_traces(recorded[1] + recorded[2])
         out = tmp_path / f"script{attempt}.json"
         assert main(["calibrate", "--script", str(SCRIPT), "--world-sizes", "1,2", "--repeats", "1", "--steps", "10",
                      "--warmup", "3", "--out", str(out)]) == 0
