@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from gansim.collectives.closed_forms import bus_factor
-from gansim.collectives.nccl_topology import Hop, NcclMachine, link_efficiency, shm_fraction
+from gansim.collectives.nccl_topology import Graph, Hop, NcclMachine, link_efficiency, shm_fraction
 from gansim.collectives.nccl_versions import arch_row, era_for
 from gansim.collectives.nccl_tuning import (
     LL,
@@ -47,6 +47,7 @@ from gansim.collectives.nccl_tuning import (
     ll128_cap,
     pipeline_fill_us,
     proxy_serial_us,
+    rated_bw,
     ring_ll_bus,
     tree_correction,
     tune,
@@ -126,10 +127,8 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
         kernels = _ring_kernels(state, coll, p, fraction)
         flows = _ring_flows(cluster, machine, coll, nbytes, choice, kernels)
     elif a == "pat":
-        # Simple on the tree graph: like a ring's Simple, held by the graph only on fewer channels
-        graph = machine.tree
-        graph_bw = graph.bw_intra if machine.node_count <= 2 else graph.bw_inter  # as tuning.cc rates it
-        kernels = fraction * graph.channels * graph_bw if fraction < 1 else float("inf")
+        # Simple on the tree graph: like a ring's Simple
+        kernels = _simple_kernels(machine, machine.tree, fraction)
         flows = _pat_flows(cluster, machine, nbytes, choice, kernels)
     elif a == "tree":
         # NCCL's bus bandwidth for a tree, with its correction at medium sizes (tuning.cc)
@@ -149,12 +148,18 @@ def _ring_kernels(state: NcclState, coll: str, proto: str, fraction: float) -> f
     channels than the communicator's is held to their share of NCCL's graph bandwidth
     (NCCL 2.18's ncclTopoGetAlgoTime scaled bw by nChannels / comm->nChannels)."""
     machine, tuning = state.machine, state.tuning
-    graph_bus = machine.ring.channels * (machine.ring.bw_intra if machine.node_count <= 2 else machine.ring.bw_inter)
+    graph_bus = machine.ring.channels * rated_bw(machine.ring, machine.node_count)
     if proto == LL:
         return ring_ll_bus(tuning.era, coll, machine.node_count, tuning.ll_max_bw, fraction * graph_bus)
     if proto == LL128:
         return fraction * ll128_cap(tuning.era, coll, machine.ring.channels, tuning.per_channel_max_ring_ll128_bw)
-    return fraction * graph_bus if fraction < 1 else float("inf")
+    return _simple_kernels(machine, machine.ring, fraction)
+
+
+def _simple_kernels(machine: NcclMachine, graph: Graph, fraction: float) -> float:
+    """Simple has no cap in NCCL's model: only a message on fewer channels than the
+    communicator's is held to their share of the graph's bandwidth."""
+    return fraction * graph.channels * rated_bw(graph, machine.node_count) if fraction < 1 else float("inf")
 
 
 def _kernel_weight(kernels_GBps: float) -> float:
@@ -532,13 +537,19 @@ def dtree_parent(nranks: int, rank: int, tree: int) -> int:
     return -1 if up == -1 else nranks - 1 - up
 
 
+def _head_nic(machine: NcclMachine, channel: int) -> tuple[int, int] | None:
+    """The NIC a tree-graph channel's hops between machines take, both ways: the one its ring
+    channel enters by (its chain head's); None: each rank's first own NIC."""
+    nics = machine.ring.nics
+    return (nics[channel % len(nics)][0],) * 2 if nics else None
+
+
 def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: Choice,
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     per_edge = nbytes / choice.channels  # reduced up, then broadcast down, on every edge
-    ring = machine.ring
     channels = []
     for c in range(choice.channels):
-        nic = (ring.nics[c % len(ring.nics)][0],) * 2 if ring.nics else None  # the chain head's NIC
+        nic = _head_nic(machine, c)
         edges = _tree_edge_array(machine, c)
         # each edge up (the child sends), then down (the parent sends)
         channels.append((edges.ravel(), edges[:, ::-1].ravel(), nic))
@@ -569,10 +580,9 @@ def _pat_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: Ch
     its 1/ranks."""
     ranks = np.arange(machine.ranks, dtype=np.int64)
     block = nbytes / machine.ranks / choice.channels
-    nics = machine.ring.nics
     channels, amounts = [], []
     for c in range(choice.channels):
-        nic = (nics[c % len(nics)][0],) * 2 if nics else None
+        nic = _head_nic(machine, c)
         for distance, blocks in pat_exchanges(machine.ranks):
             channels.append((ranks, (ranks + distance) % machine.ranks, nic))
             amounts.append(blocks * block)

@@ -150,6 +150,9 @@ def link_efficiency(kind: str, capability: int) -> float:
     return 1.0
 
 
+# the newest release's other search rules (NcclMachine.dup_channels, .hopper_doubling)
+NEWEST_DUP_CHANNELS = "2.18"
+NEWEST_HOPPER_DOUBLING = (90, 1000, 15)
 # per GPU generation, from the lowest compute capability (x 10) it covers: (intra, inter)
 SpeedTable = tuple[tuple[int, tuple[float, ...], tuple[float, ...]], ...]
 NEWEST_SPEEDS: SpeedTable = ((0, SPEED_ARRAY_INTRA, SPEED_ARRAY_INTER),
@@ -207,8 +210,8 @@ class NcclMachine:
     # the release's search rules (gansim/collectives/nccl_versions.py NcclEra): when
     # ncclTopoDupChannels duplicates the ring's channels, and when connect.cc doubles the
     # communicator's channels again on Hopper and newer across machines
-    dup_channels: str = "2.18"
-    hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)
+    dup_channels: str = NEWEST_DUP_CHANNELS
+    hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING
     speeds: SpeedTable = NEWEST_SPEEDS  # the search's speed steps
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
@@ -219,8 +222,8 @@ class NcclMachine:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, topology: Topology, ranks: int, dup_channels: str = "2.18",
-              hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15),
+    def build(cls, topology: Topology, ranks: int, dup_channels: str = NEWEST_DUP_CHANNELS,
+              hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING,
               speeds: SpeedTable = NEWEST_SPEEDS) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of

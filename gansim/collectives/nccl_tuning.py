@@ -116,7 +116,7 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
             for p, proto in enumerate(PROTOCOLS):
                 if algo in ("nvls", "nvls_tree", "pat") and proto != SIMPLE:
                     continue
-                bw = graph.bw_intra if nodes <= 2 else graph.bw_inter
+                bw = rated_bw(graph, nodes)
                 if algo in ("nvls", "nvls_tree"):
                     if graph.channels < 2:
                         continue
@@ -164,6 +164,12 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                     bus = 0.0
                 table[(coll, algo, proto)] = Entry(latency, bus, played)
     return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
+
+
+def rated_bw(graph: Graph, nodes: int) -> float:
+    """tuning.cc: a graph's per-channel bandwidth as NCCL rates it, bwIntra on up to two
+    machines ("nNodes <= 2 ? bwIntra : bwInter"), bwInter beyond."""
+    return graph.bw_intra if nodes <= 2 else graph.bw_inter
 
 
 def ring_ll_bus(era: NcclEra, coll: str, nodes: int, ll_max: float, bus: float) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gansim.collectives.nccl_topology import NEWEST_DUP_CHANNELS, NEWEST_HOPPER_DOUBLING
 from gansim.core.errors import UserInputError
 from gansim.core.nccl_release import check_version, parse_version
 
@@ -172,8 +173,8 @@ class NcclEra:
     # "2.18": from 2.18), and connect.cc's doubling of the channels across machines on fast
     # rings (from 2.18): the compute capabilities (x 10) it applies to and the most channels
     # before it; None: none
-    dup_channels: str = "2.18"
-    hopper_doubling: tuple[int, int, int] | None = (90, 1000, 15)
+    dup_channels: str = NEWEST_DUP_CHANNELS
+    hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING
     # search.cc's speed steps per GPU generation (_speeds); None: the newest release's
     speeds: tuple | None = None
     # how the algorithm and protocol are chosen: "model" (tuning.cc's fastest, 2.5 on) or
@@ -338,7 +339,7 @@ ERA_2_23 = replace(
 ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75)
 # v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100), its channels doubled across machines too
 ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32,
-                   hopper_doubling=(90, 1000, 15),  # connect.cc "minCompCap >= 90" (was == 90)
+                   hopper_doubling=NEWEST_HOPPER_DOUBLING,  # connect.cc "minCompCap >= 90" (was == 90)
                    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_25)))
 # v2.26.2-1: PAT only from compute capability 6.0
 ERA_2_26 = replace(ERA_2_25, first=(2, 26), tag="v2.26.2-1", pat_min_capability=60)
