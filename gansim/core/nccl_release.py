@@ -26,5 +26,5 @@ def check_version(text: str) -> str:
     version = parse_version(text)
     if not parse_version(OLDEST_VERSION) <= version <= parse_version(NEWEST_VERSION):
         raise ValueError(f"NCCL {text} is not modelled; allowed: {OLDEST_VERSION} to {NEWEST_VERSION} "
-                         "(each release's tuning model from its src/graph/tuning.cc)")
+                         "(2.5 on from each release's src/graph/tuning.cc, 2.4 by its thresholds)")
     return text
