@@ -147,6 +147,55 @@ def test_grouped_rails_give_nvls_tree_each_gpus_four_nics():
     assert grouped.bw_inter == 48.0
 
 
+def p4d_machine(model: str | None):
+    from gansim.collectives.nccl_topology import NcclMachine
+    params = {"nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nics_per_node": 4, "nic_bandwidth_GBps": 12.5,
+              "intra_params": {"gpu_model": "A100-SXM4-80GB", "nvlink_bandwidth_GBps": 300.0,
+                               "pcie_bandwidth_GBps": 31.5}, "nic_pcie_bandwidth_GBps": 31.5}
+    if model is not None:
+        params["nic_model"] = model
+    topology = topology_from_dict({"name": "p4d", "generator": "multi_node", "params": params}, "test")
+    return NcclMachine.build(topology, 16)
+
+
+@pytest.mark.parametrize("model,forced,expected", [
+    # aws-ofi-nccl sets NCCL_PROTO=simple on p4d (no 128-byte in-order delivery on its EFA)
+    ("AWS EFA (p4d)", None, "Simple"),
+    ("AWS EFA (p3dn)", None, "Simple"),
+    # the same machine on NCCL's own transport, or on P5's EFA (ordering reported): LL128
+    (None, None, "LL128"),
+    ("AWS EFA (p5)", None, "LL128"),
+    # a user's NCCL_PROTO stands: the plugin's setenv does not overwrite it
+    ("AWS EFA (p4d)", "LL128", "LL128"),
+])
+def test_a_net_plugin_that_sets_nccl_proto_leaves_nccl_that_protocol(model, forced, expected):
+    from gansim.collectives.nccl_tuning import choose, tune
+    tuning = tune(p4d_machine(model), era_for("2.30.7"))
+    assert choose(tuning, "all_reduce", 1 * MiB, proto=forced).protocol == expected
+
+
+def test_nccl_2_4_reads_no_nccl_proto_so_the_plugin_changes_nothing():
+    from gansim.collectives.nccl_tuning import choose, tune
+    era = era_for("2.4.8")
+    with_plugin = choose(tune(p4d_machine("AWS EFA (p4d)"), era), "all_reduce", 64 * KiB)
+    assert with_plugin.protocol == choose(tune(p4d_machine(None), era), "all_reduce", 64 * KiB).protocol == "LL"
+
+
+def test_explain_names_the_plugins_protocol_and_the_runner_up_obeys_it():
+    from gansim.collectives.nccl_explain import explain
+
+    params = {"nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nics_per_node": 4, "nic_bandwidth_GBps": 12.5,
+              "nic_model": "AWS EFA (p4d)"}
+    topology = topology_from_dict({"name": "p4d", "generator": "multi_node", "params": params}, "test")
+    cluster = Cluster(topology, 16, simpy.Environment())
+    state = nccl_state(cluster, "2.30.7")
+    told = explain(cluster, state, "all_reduce", 1 * MiB, 1e-3)
+    assert told.chosen.protocol == "Simple" and told.runner_up is not None and told.runner_up.protocol == "Simple"
+    assert told.plugin_protocol == "Simple" and "NCCL_PROTO=Simple set by the net plugin" in told.sentence()
+    forced = explain(cluster, state, "all_reduce", 1 * MiB, 1e-3, proto="LL")
+    assert forced.chosen.protocol == "LL" and forced.plugin_protocol is None
+
+
 def test_unknown_nic_model_is_a_one_line_error():
     from gansim.core.errors import UserInputError
     with pytest.raises(UserInputError, match="unknown NIC model 'Infiniband'.*AWS EFA"):

@@ -34,6 +34,8 @@ from gansim.collectives.nccl_tuning import (
     LL128,
     PROTOCOLS,
     algo_time_us,
+    nccl_proto,
+    plugin_protocol,
     proxy_serial_us,
 )
 from gansim.network.cluster import Cluster
@@ -85,6 +87,8 @@ class Explanation:
     # how NCCL chose: "model" (its tuning model's fastest) or "thresholds" (2.4, which had no
     # model: the runner-up's loss is then by 2.5's figures and may be below zero)
     chosen_by: str = "model"
+    # the protocol the NICs' net plugin set (NCCL_PROTO) where the user did not; None: none
+    plugin_protocol: str | None = None
 
     @property
     def latency_share(self) -> float:
@@ -120,6 +124,8 @@ class Explanation:
             parts.append("no runner-up allowed")
         else:
             parts.append(f"runner-up {self.runner_up.algorithm}/{self.runner_up.protocol} {100 * loss:+.0f} %")
+        if self.plugin_protocol is not None:
+            parts.append(f"NCCL_PROTO={self.plugin_protocol} set by the net plugin")
         if self.chosen_by == "thresholds":
             parts.append("chosen by NCCL 2.4's size thresholds, timed by the 2.5 model's figures")
         return "; ".join(parts)
@@ -135,6 +141,7 @@ class Explanation:
             "runner_up": contender(self.runner_up),
             "runner_up_loss": self.runner_up_loss,
             "chosen_by": self.chosen_by,
+            "plugin_protocol": self.plugin_protocol,
             "channels": self.channels,
             "comm_channels": self.comm_channels,
             "threads": self.threads,
@@ -174,6 +181,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         bound_by=bottleneck(cluster, state, chosen_plan),
         proxy_us=proxy_serial_us(state.tuning, coll, choice.algorithm, choice.channels, dtree_parent),
         chosen_by=state.tuning.era.choice,
+        plugin_protocol=None if proto is not None else plugin_protocol(state.tuning),
     )
 
 
@@ -185,6 +193,7 @@ def runner_up(state: NcclState, coll: str, nbytes: float, chosen_algo: str, chos
     def allowed(a: str, p: str, fa: str | None, fp: str | None) -> bool:
         return (fa is None or a == fa) and (fp is None or p == fp)
 
+    proto = nccl_proto(state.tuning, proto)
     if not allowed(chosen_algo, chosen_proto, algo, proto):
         algo, proto = "ring", None  # choose()'s fallback
     best: Contender | None = None

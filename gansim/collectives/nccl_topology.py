@@ -87,6 +87,16 @@ class NicModel:
     # port_speed *= max_group_size; platform-aws.cpp default_protocol RDMA on p5 / p5e and
     # p5en, SENDRECV, one device per NIC, on p3dn and p4d / p4de)
     grouped_rails: bool = False
+    # the only protocol the plugin leaves NCCL unless the user sets NCCL_PROTO (None: all):
+    # aws-ofi-nccl sets NCCL_PROTO=simple (setenv without overwrite) where EFA does not deliver
+    # 128-byte lines in order, which LL and LL128 need: "LL/LL128 protocols are not safe, such
+    # as on P4d/P4e" (src/platform-aws.c, 76ebc2bc), platform_data_map force_proto_simple on
+    # p3dn, p4d and p4de (0bac2382, v1.6.0 on); the endpoint's IN_ORDER_ALIGNED_128_BYTES check
+    # since. Before that AWS's EFA guide asked for it ("NCCL_PROTO=simple is a must ... EFA
+    # doesn't support LL and LL128", aws/aws-ofi-nccl#76). P5's RDMA writes report the
+    # ordering (ece41f0c; allowed from v1.8.0 by 3d5e21db), P5en's are allowed (ef08e658).
+    # NCCL reads NCCL_PROTO from 2.5 (tuning.cc); 2.4 chose LL by its threshold regardless.
+    forced_protocol: str | None = None
 
 
 # NICs a topology may name (a NIC node's `model`); one left out or unnamed is driven by NCCL's
@@ -100,8 +110,8 @@ class NicModel:
 # 20 us on P5 / P5e, 18 us on P5en, plus OFI_NCCL_TUNER_NET_COMP_OVERHEAD 3 us for Simple).
 # AWS publishes no hop figure for p3dn and p4d: they take P5's (an assumption).
 NIC_MODELS = {
-    "AWS EFA (p3dn)": NicModel(150.0, 20.0, 3.0),
-    "AWS EFA (p4d)": NicModel(75.0, 20.0, 3.0),
+    "AWS EFA (p3dn)": NicModel(150.0, 20.0, 3.0, forced_protocol="Simple"),
+    "AWS EFA (p4d)": NicModel(75.0, 20.0, 3.0, forced_protocol="Simple"),
     "AWS EFA (p5)": NicModel(75.0, 20.0, 3.0, grouped_rails=True),
     "AWS EFA (p5en)": NicModel(35.0, 18.0, 3.0, grouped_rails=True),
 }

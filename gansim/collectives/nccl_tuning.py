@@ -343,6 +343,21 @@ def algo_time_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float
     return algo_latency_us(tuning, coll, algo, proto, nbytes) + nbytes / (1000.0 * bw)
 
 
+def plugin_protocol(tuning: Tuning) -> str | None:
+    """The protocol the NICs' net plugin leaves NCCL (NicModel.forced_protocol: it sets
+    NCCL_PROTO, which NCCL reads from 2.5 on), None where it leaves all of them."""
+    nic = tuning.machine.nic
+    if nic is None or tuning.era.choice == "thresholds":
+        return None
+    return nic.forced_protocol
+
+
+def nccl_proto(tuning: Tuning, proto: str | None) -> str | None:
+    """The protocol NCCL_PROTO allows: the user's (`proto`), which the plugin does not
+    overwrite, else the plugin's; None: any."""
+    return proto if proto is not None else plugin_protocol(tuning)
+
+
 @dataclass(frozen=True)
 class Choice:
     algorithm: str
@@ -358,6 +373,7 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
     2.4, which had no model, by its two thresholds (_choose_by_thresholds)."""
     if tuning.era.choice == "thresholds":
         return _choose_by_thresholds(tuning, coll, nbytes, algo, proto)
+    proto = nccl_proto(tuning, proto)
     best: tuple[float, str, str] | None = None
     for a in ALGORITHMS:
         if algo is not None and a != algo:
