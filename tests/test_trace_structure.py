@@ -158,7 +158,7 @@ def test_a_sweep_of_one_size_is_bandwidth_alone_and_none_is_free():
 
 def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     """The same script's profile by both ways: the same shape (D steps, DDP's buckets and mode,
-    world sizes, buffers) and a time for every compute phase. How close their times come is
+    world sizes, buffers) and a time for every forward, backward and optimizer phase. How close their times come is
     bench/trace_calibration.py's to print (docs/calibrate-from-traces.md, "How close it
     gets"): they are real timings of two runs taken minutes apart, which a stall or another
     process moves, so no test holds them to each other (it would fail on a busier machine)."""
@@ -172,7 +172,8 @@ def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     for profile in (script, trace):
         assert (profile.provenance.d_steps, profile.provenance.mode,
                 profile.provenance.world_sizes) == (5, "ddp", [1, 2])
-        assert all(profile.fit.compute[phase] > 0 for phase in COMPUTE_PHASES)
+        # (data_s, the time between the phases, may round to nothing)
+        assert all(profile.fit.compute[phase] > 0 for phase in COMPUTE_PHASES if phase != "data_s")
     assert trace.fit.gradient_buckets == script.fit.gradient_buckets
     assert trace.fit.buffer_bytes == script.fit.buffer_bytes
 
