@@ -85,6 +85,49 @@ def test_no_drain_for_ring_tree_or_inside_one_machine():
     assert pipeline_fill_us(single.tuning, "all_reduce", "nvls_tree", 16 * MiB, 100.0) == 0.0
 
 
+def h100_box() -> Cluster:
+    return Cluster(topology_from_dict({"name": "one", "generator": "nvswitch", "params": {"gpus": 8, **H100}},
+                                      "test"), 8, simpy.Environment())
+
+
+@pytest.mark.parametrize("nbytes,chunk", [
+    # enqueue.cc for NVLS: nvlsChunkSize 128 KiB; 16 NVLS channels x 8 heads = 128 operations.
+    # 16 MiB: below 64 x 128 x 128 KiB -> 64 KiB; below 8 x 128 x 64 KiB (64 MiB) -> 32 KiB;
+    # not below 2 x 128 x 32 KiB (8 MiB): 32 KiB, four chunks an operation
+    (16 * MiB, 32 * KiB),
+    # 4 MiB: below 8 MiB too -> 16 KiB, two chunks an operation
+    (4 * MiB, 16 * KiB),
+    # 1 GiB: not below 64 x 128 x 128 KiB (1 GiB): 128 KiB
+    (1 * GiB, 128 * KiB),
+])
+def test_nvls_inside_one_machine_drains_two_more_chunks_through_its_three_warp_groups(nbytes, chunk):
+    """device/all_reduce.h, NVLS oneNode: scatter, reduce-and-broadcast and gather warps pass
+    every chunk on, so the last chunk of each operation leaves two chunk times after the
+    steady state would have it leave."""
+    from gansim.collectives.nccl_tuning import nvls_chunk_bytes
+    cluster = h100_box()
+    state = nccl_state(cluster, "2.30.7")
+    assert nvls_chunk_bytes(state.tuning.era, state.machine, nbytes) == chunk
+    algbw = state.tuning.entry("all_reduce", "nvls", "Simple").bandwidth_GBps
+    expected_us = 2 * chunk * 128 / (algbw * 1e3)
+    assert pipeline_fill_us(state.tuning, "all_reduce", "nvls", nbytes, algbw) == pytest.approx(expected_us)
+    chosen = plan(cluster, state, "all_reduce", nbytes, algo="nvls")
+    nccl_us = algo_latency_us(state.tuning, "all_reduce", "nvls", "Simple", nbytes)
+    assert chosen.latency_s * 1e6 == pytest.approx(nccl_us + expected_us, rel=1e-9)
+
+
+def test_nvls_inside_one_machine_below_one_chunk_an_operation_takes_its_share_three_times():
+    cluster = h100_box()
+    state = nccl_state(cluster, "2.30.7")
+    algbw = state.tuning.entry("all_reduce", "nvls", "Simple").bandwidth_GBps
+    # 1 MiB on 128 operations: 8 KiB each, below the 16 KiB chunk: two more passes of the share
+    got = pipeline_fill_us(state.tuning, "all_reduce", "nvls", 1 * MiB, algbw)
+    assert got == pytest.approx(2 * MiB / (algbw * 1e3))
+    # and none for NVLS outside all-reduce, or for the ring
+    assert pipeline_fill_us(state.tuning, "all_gather", "nvls", 16 * MiB, algbw) == 0.0
+    assert pipeline_fill_us(state.tuning, "all_reduce", "ring", 16 * MiB, algbw) == 0.0
+
+
 def test_drain_fades_at_large_sizes():
     """The drain is a few chunks: its share of the time falls as the message grows."""
     cluster = h100_cluster(2)

@@ -20,7 +20,8 @@ played on the flow network.
    else on the machine (other channels, other collectives, host-to-device copies).
 
 Without contention the time is NCCL's own estimate, plus what its additive model leaves out
-(the drain of NVLS-Tree's chunk pipeline across machines, nccl_tuning.pipeline_fill_us; the
+(the drain of NVLS's chunk pipeline inside a machine and NVLS-Tree's across machines,
+nccl_tuning.pipeline_fill_us; the
 proxy threads' network sends, posted channel after channel at every network crossing,
 nccl_tuning.proxy_serial_us); with
 contention, slower.

@@ -476,12 +476,17 @@ def nvls_channels(era: NcclEra, machine: NcclMachine) -> int:
     return era.nvls_channels_sm100 if machine.capability >= 100 else 16
 
 
+def nvls_concurrent_ops(era: NcclEra, machine: NcclMachine) -> int:
+    """enqueue.cc concurrentOps: nvlsChannels x nvls.nHeads, the NVLS operations that run at
+    once, each on its share of the buffer."""
+    return nvls_channels(era, machine) * (machine.nvls.channels if machine.nvls else 1)
+
+
 def nvls_tree_chunk_bytes(era: NcclEra, machine: NcclMachine, nbytes: float) -> int:
     """enqueue.cc computeCollChunkInfo for NVLS-Tree: the era's first chunk, capped from 4
     nodes on, then halved while the message is small against the concurrent operations
     (nvlsChannels x nvls.nHeads): below 32 / 16 / 4 / 1 of them at 256 / 128 / 64 / 32 KiB."""
-    heads = machine.nvls.channels if machine.nvls else 1
-    concurrent = nvls_channels(era, machine) * heads
+    concurrent = nvls_concurrent_ops(era, machine)
     chunk = era.nvls_tree_first_chunk
     if era.nvls_tree_many_nodes_chunk is not None and machine.node_count >= 4:
         chunk = min(chunk, era.nvls_tree_many_nodes_chunk)
@@ -491,27 +496,62 @@ def nvls_tree_chunk_bytes(era: NcclEra, machine: NcclMachine, nbytes: float) -> 
     return chunk
 
 
+def nvls_chunk_bytes(era: NcclEra, machine: NcclMachine, nbytes: float) -> int:
+    """enqueue.cc computeCollChunkInfo for NVLS (the same from 2.17 to 2.30): nvlsChunkSize
+    (NCCL_NVLS_CHUNKSIZE, 128 KiB), halved while the message is small against the concurrent
+    operations (nvlsChannels x nvls.nHeads): below 64 / 8 / 2 of them to 64 / 32 / 16 KiB. (The
+    32 KiB cap of NVLS across machines under 150 GB/s is NVLS with CollNet, which gansim does not
+    choose.)"""
+    concurrent = nvls_concurrent_ops(era, machine)
+    chunk = NVLS_CHUNK_BYTES
+    for times, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+        if nbytes < times * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+# device/all_reduce.h RunWorkColl<AllReduce, NVLS, Simple>, oneNode: each channel's warps are
+# split into three groups that pass every chunk on, scatter (the rank's input into each head's
+# NVLS buffer), reduce-and-broadcast (the head's multimem ld_reduce and st) and gather (the
+# result out of the NVLS buffers); with registered user buffers (work->regUsed) scatter and
+# gather move nothing, but nccl-tests and frameworks do not register them by default
+NVLS_ONE_NODE_STAGES = 3
+NVLS_CHUNK_BYTES = 128 * 1024  # comm->nvlsChunkSize, NCCL_NVLS_CHUNKSIZE's default
+
+
 def pipeline_fill_us(tuning: Tuning, coll: str, algo: str, nbytes: float, algo_GBps: float) -> float:
-    """What NCCL's additive model (latency + bytes / bandwidth) leaves out of an NVLS-Tree
-    all-reduce: the drain of its chunk pipeline across machines. Every concurrent operation
-    (an NVLS channel on one head, nvlsChannels x nHeads of them) moves its share of the buffer
-    chunk by chunk (nvls_tree_chunk_bytes) up the tree of machines and back down; in steady
-    state one chunk passes the slowest stage per chunk time, which the bandwidth term counts,
-    but the last chunk still has to cross the network hops after the first: 2 log2(nNodes)
-    network crossings (up, then down) in all, so 2 log2(nNodes) - 1 chunk times more. A chunk
-    time is one operation's chunk at its share of the algorithm bandwidth. The NVLink stages
-    (multimem reduce and multicast) are left out of the drain: they run several times faster
-    than the network stage. Other algorithms: none (the ring's steps are sequential already
-    in NCCL's latency and bandwidth terms; the tree's medium sizes carry NCCL's own correction,
-    tree_correction)."""
+    """What NCCL's additive model (latency + bytes / bandwidth) leaves out of an NVLS or
+    NVLS-Tree all-reduce: the drain of its chunk pipeline. Every concurrent operation (an NVLS
+    channel on one head, nvlsChannels x nHeads of them) moves its share of the buffer chunk by
+    chunk through a pipeline of stages; in steady state one chunk leaves the pipeline per chunk
+    time, which the bandwidth term counts, but the last chunk still has to pass the stages after
+    the first: stages - 1 chunk times more. A chunk time is one operation's chunk (or its whole
+    share, when that is smaller) at its share of the algorithm bandwidth.
+
+    - NVLS-Tree across machines: the stages are the 2 log2(nNodes) network crossings (up the
+      tree of machines, then down), chunks of nvls_tree_chunk_bytes; its NVLink stages
+      (multimem reduce and multicast) are left out of the drain: they run several times faster
+      than the network stage.
+    - NVLS inside one machine: the three warp groups of NVLS_ONE_NODE_STAGES, chunks of
+      nvls_chunk_bytes, each stage moving a chunk at the algorithm's rate (a 16 MiB all-reduce
+      on 8 H100, 128 operations of four 32 KiB chunks, takes (4 + 2) / 4 of its bandwidth time).
+
+    Other algorithms: none (the ring's steps are sequential already in NCCL's latency and
+    bandwidth terms; the tree's medium sizes carry NCCL's own correction, tree_correction)."""
     machine = tuning.machine
-    if algo != "nvls_tree" or coll != "all_reduce" or machine.node_count < 2 or algo_GBps <= 0:
+    if coll != "all_reduce" or algo_GBps <= 0:
         return 0.0
-    heads = machine.nvls.channels if machine.nvls else 1
-    concurrent = nvls_channels(tuning.era, machine) * heads
-    chunk = min(nvls_tree_chunk_bytes(tuning.era, machine, nbytes), nbytes / concurrent)
-    crossings = 2 * log2i(machine.node_count)
-    return (crossings - 1) * chunk * concurrent / (algo_GBps * 1e3)
+    if algo == "nvls_tree" and machine.node_count >= 2:
+        stages = 2 * log2i(machine.node_count)
+        chunk = nvls_tree_chunk_bytes(tuning.era, machine, nbytes)
+    elif algo == "nvls" and machine.node_count == 1:
+        stages = NVLS_ONE_NODE_STAGES
+        chunk = nvls_chunk_bytes(tuning.era, machine, nbytes)
+    else:
+        return 0.0
+    concurrent = nvls_concurrent_ops(tuning.era, machine)
+    chunk = min(chunk, nbytes / concurrent)
+    return (stages - 1) * chunk * concurrent / (algo_GBps * 1e3)
 
 
 def proxy_channels(tuning: Tuning, algo: str, channels: int) -> list[tuple[int, int]]:
