@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import simpy
 
 from gansim.cli.main import main
 from gansim.collectives.nccl_tuning import ALGORITHMS, PROTOCOLS, algo_time_us
@@ -13,7 +14,7 @@ from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
 FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "channels", "comm_channels", "threads", "latency_us",
-          "latency_share", "proxy_us", "bandwidth_share", "bound_by", "sentence"}
+          "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
 
 
 def explained(capsys, argv):
@@ -178,3 +179,26 @@ def test_ll128_before_2_7_is_said_to_be_capped_for_all_channels(capsys):
     (row,), _ = explained(capsys, ["dgx1-v100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-version", "2.6.4"])
     assert row["protocol"] == "LL128" and row["explain"]["bound_by"]["kind"] == "kernels"
     assert "ll128MaxBw" in row["explain"]["sentence"]
+
+
+def test_nvls_drain_is_named_in_the_latency(capsys, tmp_path):
+    """An NVLS all-reduce inside one H100 machine: the drain of its chunk pipeline is part of
+    the played latency, and --explain says how much (nccl_tuning.pipeline_fill_us)."""
+    from gansim.collectives.nccl import nccl_state
+    from gansim.collectives.nccl_tuning import pipeline_fill_us
+    from gansim.network.cluster import Cluster
+
+    box = tmp_path / "h100.yaml"
+    box.write_text("name: h100\ngenerator: nvswitch\nparams: {gpus: 8, gpu_model: H100-SXM5-80GB, "
+                   "nvlink_bandwidth_GBps: 450.0}\n")
+    rows, _ = explained(capsys, [str(box), "-g", "8", "-b", "16M", "-e", "16M", "--nccl-algo", "nvls",
+                                 "--nccl-version", "2.30.7"])
+    e = rows[0]["explain"]
+    state = nccl_state(Cluster(load_topology(str(box)), 8, simpy.Environment()), "2.30.7")
+    algbw = state.tuning.entry("all_reduce", "nvls", "Simple").bandwidth_GBps
+    assert e["drain_us"] == pytest.approx(pipeline_fill_us(state.tuning, "all_reduce", "nvls", 16 << 20, algbw))
+    assert 0 < e["drain_us"] < e["latency_us"]
+    assert f"{e['drain_us']:.0f} us the drain of its chunk pipeline" in e["sentence"]
+    # the ring drains nothing
+    rows, _ = explained(capsys, [str(box), "-g", "8", "-b", "16M", "-e", "16M", "--nccl-algo", "ring"])
+    assert rows[0]["explain"]["drain_us"] == 0.0 and "drain" not in rows[0]["explain"]["sentence"]

@@ -35,6 +35,7 @@ from gansim.collectives.nccl_tuning import (
     PROTOCOLS,
     algo_time_us,
     nccl_proto,
+    pipeline_fill_us,
     plugin_protocol,
     proxy_serial_us,
 )
@@ -84,6 +85,8 @@ class Explanation:
     # of latency_us, the proxy thread's posts channel after channel at the network crossings
     # (nccl_tuning.proxy_serial_us)
     proxy_us: float = 0.0
+    # of latency_us, the drain of NVLS's or NVLS-Tree's chunk pipeline (nccl_tuning.pipeline_fill_us)
+    drain_us: float = 0.0
     # how NCCL chose: "model" (its tuning model's fastest) or "thresholds" (2.4, which had no
     # model: the runner-up's loss is then by 2.5's figures and may be below zero)
     chosen_by: str = "model"
@@ -117,8 +120,10 @@ class Explanation:
         else:
             parts.append(f"bound by {b.resource} ({_rate(b.line_rate_GBps)} GB/s line rate, "
                          f"x{b.efficiency:.2f} {c.protocol} efficiency)")
+        of_it = ([f"{self.proxy_us:.0f} us of it the proxy's posts"] if self.proxy_us > 0 else []) + \
+            ([f"{self.drain_us:.0f} us the drain of its chunk pipeline"] if self.drain_us > 0 else [])
         parts.append(f"latency {100 * self.latency_share:.0f} % of the time"
-                     + (f" ({self.proxy_us:.0f} us of it the proxy's posts)" if self.proxy_us > 0 else ""))
+                     + (f" ({', '.join(of_it)})" if of_it else ""))
         loss = self.runner_up_loss
         if self.runner_up is None:
             parts.append("no runner-up allowed")
@@ -148,6 +153,7 @@ class Explanation:
             "latency_us": self.latency_us,
             "latency_share": self.latency_share,
             "proxy_us": self.proxy_us,
+            "drain_us": self.drain_us,
             "bandwidth_share": self.bandwidth_share,
             "bound_by": None if b is None else {
                 "resource": b.resource, "name": b.name, "kind": b.kind, "line_rate_GBps": b.line_rate_GBps,
@@ -180,6 +186,8 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         time_us=seconds * 1e6,
         bound_by=bottleneck(cluster, state, chosen_plan),
         proxy_us=proxy_serial_us(state.tuning, coll, choice.algorithm, choice.channels, dtree_parent),
+        drain_us=pipeline_fill_us(state.tuning, coll, choice.algorithm, float(nbytes),
+                                  state.tuning.entry(coll, choice.algorithm, choice.protocol).bandwidth_GBps),
         chosen_by=state.tuning.era.choice,
         plugin_protocol=None if proto is not None else plugin_protocol(state.tuning),
     )
