@@ -67,7 +67,29 @@ def test_size_syntax_and_sweep():
     (["nccl-tests", "dgx-a100", "-g", "2", "--op", "all_gather", "--algorithm", "ring"], "--op"),
     (["nccl-tests", "dgx-a100", "-g", "2", "--algorithm", "no-such"], "--algorithm"),
     (["nccl-tests", "no-such-box", "-g", "2"], "topology"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "--gpus-per-thread", "0"], "--gpus-per-thread"),
+    (["nccl-tests", "dgx-a100", "-g", "2", "--gpus-per-thread", "4"], "--gpus-per-thread"),
 ])
 def test_bad_input_is_one_line(capsys, argv, field):
     line = run_bad(capsys, argv)
     assert field in line
+
+
+def test_one_thread_driving_several_gpus_takes_a_launch_per_gpu(capsys):
+    """nccl-tests -g 8 from one thread: an operation takes at least 8 launches of 4.2 us
+    (LAUNCH_US_PER_GPU); small sizes are held by that floor, large ones are the collective's."""
+    from gansim.prediction.nccl_tests_table import LAUNCH_US_PER_GPU
+
+    argv = ["nccl-tests", "dgx-a100", "-g", "8", "-b", "8", "-e", "1G", "-f", "64"]
+    alone, _ = rows_of(capsys, argv)
+    driven, _ = rows_of(capsys, argv + ["--gpus-per-thread", "8", "--explain"])
+    floor = 8 * LAUNCH_US_PER_GPU
+    for a, d in zip(alone, driven):
+        assert a["launch_floor_us"] == 0.0 and d["launch_floor_us"] == pytest.approx(floor)
+        assert d["time_us"] == pytest.approx(max(a["time_us"], floor))
+        assert d["busbw_GBps"] == pytest.approx(d["nbytes"] / (d["time_us"] * 1e-6) / 1e9 * 2 * 7 / 8)
+    assert alone[0]["time_us"] < floor < alone[-1]["time_us"]  # the sweep crosses the floor
+    assert driven[-1]["time_us"] == alone[-1]["time_us"]
+    assert main(argv + ["--gpus-per-thread", "8", "--explain"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#" + " " * 11)]
+    assert "host-bound" in notes[0] and "host-bound" not in notes[-1]

@@ -150,3 +150,24 @@ def test_an_env_value_the_model_cannot_apply_is_one_line(tmp_path, capsys, key, 
         load_published("a40-nvlink-pair", tmp_path)
     text = str(err.value)
     assert "\n" not in text and key in text and "allowed" in text and "a40-nvlink-pair.yaml" in text
+
+
+def test_a_run_of_one_thread_driving_its_gpus_is_held_by_their_launches(tmp_path):
+    """gpus_per_thread (nccl-tests -g): the shipped -g 8 box's smallest sizes take at least
+    8 launches; a file that has a thread drive more GPUs than it has is one line."""
+    import yaml
+
+    from gansim.core.files import shipped_dir
+    from gansim.prediction.nccl_tests_table import LAUNCH_US_PER_GPU
+
+    (driven,) = load_published("v100-sxm2-8gpu-cube-mesh")
+    assert driven.spec.gpus_per_thread == 8
+    rows = compare(driven)
+    assert min(r.predicted_time_us for r in rows) == pytest.approx(8 * LAUNCH_US_PER_GPU)
+    data = yaml.safe_load((shipped_dir("validation") / "v100-sxm2-8gpu-cube-mesh.yaml").read_text())
+    data["gpus_per_thread"] = 16
+    (tmp_path / "v100-sxm2-8gpu-cube-mesh.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserInputError) as err:
+        load_published("v100-sxm2-8gpu-cube-mesh", tmp_path)
+    text = str(err.value)
+    assert "\n" not in text and "gpus_per_thread" in text and "allowed: 1 to 8" in text

@@ -301,7 +301,7 @@ class NcclTestsResult:
 def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_reduce", minbytes: int | str = 8,
                maxbytes: int | str = "8G", stepfactor: float = 2.0, algorithm: str = "nccl",
                nccl_algo: str | None = None, nccl_proto: str | None = None, nccl_version: str | None = None,
-               explain: bool = False) -> NcclTestsResult:
+               explain: bool = False, gpus_per_thread: int = 1) -> NcclTestsResult:
     """Predict nccl-tests' table on a topology (what `gansim nccl-tests` does).
 
     Args:
@@ -316,6 +316,8 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
         nccl_proto: Force NCCL's protocol (NCCL_PROTO).
         nccl_version: NCCL release whose tuning model to follow (default: the topology's).
         explain: Say under each row what bounds it (nccl only).
+        gpus_per_thread: GPUs each thread drives (nccl-tests' own `-g`): an operation takes
+            at least that many kernel launches (`--gpus-per-thread`).
 
     Returns:
         The predicted table.
@@ -344,7 +346,8 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
     sizes = sweep_sizes(parse_size(str(minbytes), "-b"), parse_size(str(maxbytes), "-e"), stepfactor)
     era = era_for(nccl_version, field="--nccl-version") if nccl_version else era_for(topo.nccl_version)
     options = TrainingOptions(nccl_algo=nccl_algo, nccl_proto=nccl_proto, nccl_version=nccl_version)
-    rows = nccl_tests_table(topo, gpus, op, sizes, algorithm, options, source=source, explain=explain)
+    rows = nccl_tests_table(topo, gpus, op, sizes, algorithm, options, source=source, explain=explain,
+                            gpus_per_thread=gpus_per_thread)
     nccl = algorithm == "nccl"
     return NcclTestsResult(topo.name, gpus, op, algorithm, era.name if nccl else None, era.tag if nccl else None,
                            tuple(rows), explain)

@@ -30,6 +30,9 @@ def register(sub: Any) -> None:
     p.add_argument("--nccl-version", metavar="X.Y[.Z]",
                    help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
                         "else the newest followed)")
+    p.add_argument("--gpus-per-thread", type=positive_int("--gpus-per-thread"), default=1, metavar="G",
+                   help="GPUs each thread drives, nccl-tests' own -g (here -g counts ranks): one thread "
+                        "launches on each of its GPUs, so an operation takes at least G launches (default 1)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
     p.add_argument("--explain", action="store_true",
                    help="under each row, what bounds it: NCCL's choice and runner-up, channels, latency share, "
@@ -46,7 +49,7 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
     result = api.nccl_tests(args.topology, args.ngpus, op=args.op, minbytes=args.minbytes, maxbytes=args.maxbytes,
                             stepfactor=number(args.stepfactor, "-f"), algorithm=args.algorithm,
                             nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=args.nccl_version,
-                            explain=args.explain)
+                            explain=args.explain, gpus_per_thread=args.gpus_per_thread)
     human = sys.stderr if args.json else sys.stdout
     header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {result.topology}, algorithm {args.algorithm}"
               + (f" (NCCL {result.nccl_version} tuning model ({result.nccl_tuning}))" if result.nccl_version else "")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
 from gansim.core.errors import UserInputError
@@ -83,7 +83,17 @@ class PublishedSystem(Strict):
     source: PublishedSource
     topology: dict[str, Any]
     gpus: Annotated[RankCount, Field(ge=2)]
+    # nccl-tests' -g: GPUs each thread drove (several: one thread launched on each of them)
+    gpus_per_thread: Annotated[int, Field(ge=1, le=64)] = 1
     measurements: list[PublishedMeasurement] = Field(min_length=1)
+
+    @field_validator("gpus_per_thread")
+    @classmethod
+    def _a_thread_drives_some_of_the_gpus(cls, value: int, info: ValidationInfo) -> int:
+        gpus = info.data.get("gpus")
+        if gpus is not None and value > gpus:
+            raise ValueError(f"{value} GPUs a thread but {gpus} GPUs in all; allowed: 1 to {gpus}")
+        return value
 
     @field_validator("env")
     @classmethod
@@ -182,7 +192,8 @@ def compare(published: PublishedFile) -> list[PointComparison]:
     rows = []
     for m in spec.measurements:
         predicted = nccl_tests_table(topology, spec.gpus, m.op, [size for size, *_ in m.points],
-                                     options=published.options(), source=published.path)
+                                     options=published.options(), source=published.path,
+                                     gpus_per_thread=spec.gpus_per_thread)
         for (size, _time, _algbw, busbw), p in zip(m.points, predicted):
             rows.append(PointComparison(spec.name, m.op, size, busbw, p.busbw_GBps, p.time_us, p.algorithm,
                                         p.protocol, p.channels))
@@ -198,7 +209,8 @@ def predicted_curves(published: PublishedFile) -> dict[str, list[tuple[int, floa
     for m in spec.measurements:
         largest = max(size for size, *_ in m.points)
         sizes = [1 << k for k in range(10, max(11, largest.bit_length()))]
-        rows = nccl_tests_table(topology, spec.gpus, m.op, sizes, options=published.options(), source=published.path)
+        rows = nccl_tests_table(topology, spec.gpus, m.op, sizes, options=published.options(), source=published.path,
+                                gpus_per_thread=spec.gpus_per_thread)
         out[m.op] = [(r.nbytes, r.busbw_GBps) for r in rows]
     return out
 
