@@ -91,10 +91,10 @@ def nccl_tests_table(topology: Topology, gpus: int, op: str, sizes: list[int], a
     of them (nccl-tests' -g): an operation takes at least that many launches."""
     if op not in OPS:
         raise UserInputError(f"unknown collective {op!r}; allowed: {', '.join(OPS)}", field="--op")
+    floor_us = launch_floor_us(gpus, gpus_per_thread)
     moved = [operation_bytes(op, size, gpus) for size in sizes]
     times = collective_times(topology, gpus, op, [nbytes for nbytes, _ in moved], algorithm, "flow", options,
                              source=source, explain=explain)
-    floor_us = launch_floor_us(gpus, gpus_per_thread)
     rows = []
     for (nbytes, count), t in zip(moved, times):
         seconds = max(t.seconds, floor_us * 1e-6) if t.seconds > 0 else 0.0
