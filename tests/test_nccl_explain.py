@@ -13,8 +13,8 @@ from gansim.collectives.nccl_tuning import ALGORITHMS, PROTOCOLS, algo_time_us
 from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
-FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "channels", "comm_channels", "threads", "latency_us",
-          "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
+FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "channels", "comm_channels",
+          "threads", "latency_us", "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
 
 
 def explained(capsys, argv):

@@ -190,15 +190,19 @@ def test_grouped_rails_give_nvls_tree_each_gpus_four_nics():
     assert grouped.bw_inter == 48.0
 
 
-def p4d_machine(model: str | None):
-    from gansim.collectives.nccl_topology import NcclMachine
+def p4d_topology(model: str | None):
+    """Two 8 x A100 machines with four 100 Gb/s NICs each (a p4d pair), the NICs of `model`."""
     params = {"nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nics_per_node": 4, "nic_bandwidth_GBps": 12.5,
               "intra_params": {"gpu_model": "A100-SXM4-80GB", "nvlink_bandwidth_GBps": 300.0,
                                "pcie_bandwidth_GBps": 31.5}, "nic_pcie_bandwidth_GBps": 31.5}
     if model is not None:
         params["nic_model"] = model
-    topology = topology_from_dict({"name": "p4d", "generator": "multi_node", "params": params}, "test")
-    return NcclMachine.build(topology, 16)
+    return topology_from_dict({"name": "p4d", "generator": "multi_node", "params": params}, "test")
+
+
+def p4d_machine(model: str | None):
+    from gansim.collectives.nccl_topology import NcclMachine
+    return NcclMachine.build(p4d_topology(model), 16)
 
 
 @pytest.mark.parametrize("model,forced,expected", [
@@ -227,10 +231,7 @@ def test_nccl_2_4_reads_no_nccl_proto_so_the_plugin_changes_nothing():
 def test_explain_names_the_plugins_protocol_and_the_runner_up_obeys_it():
     from gansim.collectives.nccl_explain import explain
 
-    params = {"nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nics_per_node": 4, "nic_bandwidth_GBps": 12.5,
-              "nic_model": "AWS EFA (p4d)"}
-    topology = topology_from_dict({"name": "p4d", "generator": "multi_node", "params": params}, "test")
-    cluster = Cluster(topology, 16, simpy.Environment())
+    cluster = Cluster(p4d_topology("AWS EFA (p4d)"), 16, simpy.Environment())
     state = nccl_state(cluster, "2.30.7")
     told = explain(cluster, state, "all_reduce", 1 * MiB, 1e-3)
     assert told.chosen.protocol == "Simple" and told.runner_up is not None and told.runner_up.protocol == "Simple"

@@ -158,10 +158,11 @@ def test_a_sweep_of_one_size_is_bandwidth_alone_and_none_is_free():
 
 def test_traces_and_script_give_the_same_profile(traces, tmp_path):
     """The same script's profile by both ways: the same shape (D steps, DDP's buckets and mode,
-    world sizes, buffers) and a time for every forward, backward and optimizer phase. How close their times come is
-    bench/trace_calibration.py's to print (docs/calibrate-from-traces.md, "How close it
-    gets"): they are real timings of two runs taken minutes apart, which a stall or another
-    process moves, so no test holds them to each other (it would fail on a busier machine)."""
+    world sizes, buffers) and a time for every forward, backward and optimizer phase. How
+    close their times come is bench/trace_calibration.py's to print (docs/calibrate-from-
+    traces.md, "How close it gets"): they are real timings of two runs taken minutes apart,
+    which a stall or another process moves, so no test holds them to each other (it would
+    fail on a busier machine)."""
     from gansim.calibration.profile.schema import load_profile
 
     trace = import_traces(traces[1] + traces[2])
