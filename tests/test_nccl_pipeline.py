@@ -150,19 +150,29 @@ def efa_machine(model: str | None, nics_per_node: int = 32):
     return NcclMachine.build(topology, 16)
 
 
-def test_plugin_latency_enters_nccls_choice_and_the_fabric_hop_is_played():
+def test_plugin_latency_enters_nccls_choice_and_its_hop_is_played_as_nccl_composes_it():
     from gansim.collectives.nccl_tuning import tune
     tuning = tune(efa_machine("AWS EFA (p5)"), era_for("2.30.7"))
     entry = tuning.entry("all_reduce", "tree", "LL128")
     # tuning.cc tree: baseLat 14 + 2 ((ppn - 1) intraLat + log2(nNodes) interLat), NVLink
     # LL128 hop 1.25 us; interLat = hwLat[NET][TREE][LL128] 8.5 + the plugin's 75 us
     assert entry.latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 1 * (8.5 + 75.0)))
-    # played: the EFA hop of AWS's tuner model, 20 us, instead of 8.5 + 75
-    assert entry.played_latency_us == pytest.approx(14.0 + 2 * (7 * 1.25 + 1 * 20.0))
-    # Simple: the plugin's figure twice ("flush extra latency"), the hop 20 + 3 us
+    assert entry.played_latency_us == entry.latency_us
+    # Simple: the plugin's figure twice ("flush extra latency"), chosen by and played
     simple = tuning.entry("all_reduce", "tree", "Simple")
     assert simple.latency_us == pytest.approx(8.4 + 2 * (7 * 4.0 + 1 * (14.0 + 2 * 75.0)))
-    assert simple.played_latency_us == pytest.approx(8.4 + 2 * (7 * 4.0 + 1 * 23.0))
+    assert simple.played_latency_us == simple.latency_us
+
+
+def test_a_release_that_read_the_plugin_latency_otherwise_plays_its_hop_as_nccl_composes_it_today():
+    from gansim.collectives.nccl_tuning import tune
+    tuning = tune(efa_machine("AWS EFA (p4d)"), era_for("2.16.5"))
+    # 2.16 tuning.cc: tree Simple baseLat 0, NVLink tree Simple hop 28 us, and it chooses with
+    # interLat = latencyInter ? latencyInter : hwLat (75 us for every protocol); the hop is
+    # played as 2.18 on compose it: its own hwLat[NET][TREE][Simple] 28 + 2 x 75
+    simple = tuning.entry("all_reduce", "tree", "Simple")
+    assert simple.latency_us == pytest.approx(0.0 + 2 * (7 * 28.0 + 1 * 75.0))
+    assert simple.played_latency_us == pytest.approx(0.0 + 2 * (7 * 28.0 + 1 * (28.0 + 2 * 75.0)))
 
 
 def test_before_2_18_the_plugin_latency_replaces_nccls_network_hop():

@@ -162,14 +162,15 @@ def test_a_ring_across_nodes_before_2_7_counts_every_step_at_the_network_hop():
 
 def test_a_fabric_hop_stands_for_the_network_only_on_the_steps_that_cross_machines():
     """2.6's model counts all 30 steps of a 16-rank ring at hwLat[NET]; what is played puts
-    the fabric's own hop (an EFA hop: 20 us, 23 us for Simple) only on the 2 (nNodes - 1)
-    steps that leave a machine, not on the 28 that stay on NVLink."""
+    the network hop (an EFA hop for Simple: hwLat[NET] 6.6 + the plugin's 75 us twice, as
+    NCCL composes it from 2.18) only on the 2 (nNodes - 1) steps that leave a machine, not on
+    the 28 that stay on NVLink."""
     efa = topology_from_dict({"name": "two", "generator": "multi_node", "params": {
         "nodes": 2, "gpus_per_node": 8, "intra": "nvswitch", "nic_bandwidth_GBps": 12.5,
         "nic_model": "AWS EFA (p4d)"}}, "test")
     entry = tune(NcclMachine.build(efa, 16), era_for("2.6.4")).entry("all_reduce", "ring", "Simple")
     assert entry.latency_us == pytest.approx(8.4 + 30 * 6.6)
-    assert entry.played_latency_us == pytest.approx(8.4 + 28 * 6.6 + 2 * (20.0 + 3.0))
+    assert entry.played_latency_us == pytest.approx(8.4 + 28 * 6.6 + 2 * (6.6 + 2 * 75.0))
 
 
 def test_nccl_2_4_chooses_by_its_thresholds_and_never_ll128():

@@ -77,7 +77,7 @@ class Explanation:
     comm_channels: int  # of the communicator's (NVLS: of its NVLS channels)
     threads: int
     # the latency played before the flows: NCCL's for the choice (algo_latency_us), with the
-    # fabric's own network hops, NVLS-Tree's pipeline drain and the proxy's posts (nccl.py
+    # network hops as played (played_inter_latency), NVLS-Tree's pipeline drain and the proxy's posts (nccl.py
     # Plan.latency_s)
     latency_us: float
     time_us: float  # the predicted time

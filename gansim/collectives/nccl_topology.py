@@ -76,12 +76,9 @@ SHM_FRACTION = {PATH_PHB: 9.0 / 12.0, PATH_SYS: 6.0 / 12.0}
 
 @dataclass(frozen=True)
 class NicModel:
-    """A NIC driven by a net plugin: what the plugin reports to NCCL, and what a network hop
-    really costs."""
+    """A NIC driven by a net plugin: what the plugin reports to NCCL and sets for it."""
 
     reported_latency_us: float  # ncclNetProperties_t.latency: NCCL's tuning adds it (interLat)
-    hop_latency_us: float  # one network hop of a small message (LL, LL128)
-    simple_extra_us: float  # more per hop for Simple (completion handling by the proxy)
     # the plugin shows NCCL each GPU's NICs as one device of their summed speed (aws-ofi-nccl's
     # RDMA protocol: src/nccl_ofi_rdma.cpp "Scale speed by the total number of rails",
     # port_speed *= max_group_size; platform-aws.cpp default_protocol RDMA on p5 / p5e and
@@ -103,17 +100,14 @@ class NicModel:
 # own IB / RoCE / socket transport, which reports no latency (net_ib.cc, net_socket.cc:
 # "props->latency = 0; // Not set") and whose hop costs NCCL's hwLat[NET] figures. AWS's EFA
 # plugin, aws-ofi-nccl: the reported latency from src/platform-aws.cpp platform_data_map
-# (.latency: p3dn.24xlarge 150 us, p4d / p4de and p5 / p5e 75 us, p5en / p6-b200 35 us; its
-# own comment: chosen because "NCCL's internal tuner choices work better with this value",
-# i.e. a tuning figure, not a time); the hop from its tuner's cost model
-# (src/tuner/nccl_ofi_model.cpp model_platform_params: net_lat "2 nodes, 8B RDMA w/imm lat"
-# 20 us on P5 / P5e, 18 us on P5en, plus OFI_NCCL_TUNER_NET_COMP_OVERHEAD 3 us for Simple).
-# AWS publishes no hop figure for p3dn and p4d: they take P5's (an assumption).
+# (.latency: p3dn.24xlarge 150 us, p4d / p4de and p5 / p5e 75 us, p5en / p6-b200 35 us; set
+# where NCCL's own model chose well with it, d87d61e0), which NCCL's model adds to each network
+# hop (nccl_tuning.played_inter_latency).
 NIC_MODELS = {
-    "AWS EFA (p3dn)": NicModel(150.0, 20.0, 3.0, forced_protocol="Simple"),
-    "AWS EFA (p4d)": NicModel(75.0, 20.0, 3.0, forced_protocol="Simple"),
-    "AWS EFA (p5)": NicModel(75.0, 20.0, 3.0, grouped_rails=True),
-    "AWS EFA (p5en)": NicModel(35.0, 18.0, 3.0, grouped_rails=True),
+    "AWS EFA (p3dn)": NicModel(150.0, forced_protocol="Simple"),
+    "AWS EFA (p4d)": NicModel(75.0, forced_protocol="Simple"),
+    "AWS EFA (p5)": NicModel(75.0, grouped_rails=True),
+    "AWS EFA (p5en)": NicModel(35.0, grouped_rails=True),
 }
 
 

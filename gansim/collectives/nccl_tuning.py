@@ -52,7 +52,7 @@ def log2i(n: int) -> int:
 class Entry:
     latency_us: float  # NCCL's, as its tuning model has it (what it chooses by)
     bandwidth_GBps: float  # NCCL's algorithm bandwidth; 0: not available
-    played_latency_us: float = 0.0  # the same with the fabric's own network hops (NicModel)
+    played_latency_us: float = 0.0  # the same with the network hops as played (played_inter_latency)
 
 
 @dataclass
@@ -154,10 +154,11 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                 tree_net = era.one_gpu_per_node_tree_net_latency and ppn == 1
                 hw_net = era.hw_latency["net"]["tree" if tree_net or algo == "pat" else algo][p]
                 nic = machine.nic
-                # NCCL's view (with what the plugin reports) decides; the fabric's hop is played
-                inter_lat = _inter_latency(era, hw_net, nic.reported_latency_us if nic else 0.0, proto)
-                fabric_lat = hw_net if nic is None else \
-                    nic.hop_latency_us + (nic.simple_extra_us if proto == SIMPLE else 0.0)
+                # The release's view decides; the hop is played as NCCL's model composes it
+                # today (played_inter_latency), whatever the release read of the plugin's figure
+                reported = nic.reported_latency_us if nic else 0.0
+                inter_lat = _inter_latency(era, hw_net, reported, proto)
+                fabric_lat = played_inter_latency(hw_net, reported, proto)
                 latency, played = (_latency(era, machine, coll, algo, proto, nsteps, hw, intra_lat, net)
                                    for net in (inter_lat, fabric_lat))
                 if not _enabled(era, machine, graph, algo, proto):
@@ -221,7 +222,7 @@ def _latency(era: NcclEra, machine: NcclMachine, coll: str, algo: str, proto: st
             return latency + lat
         crossings = 0 if nodes == 1 else (nodes - 1) * (2 if coll == "all_reduce" else 1)
         if nodes > 1 and era.ring_net_every_step:
-            # 2.5-2.6 count every step at hwLat[NET]; a fabric's own hop (`inter_lat` when
+            # 2.5-2.6 count every step at hwLat[NET]; a played network hop (`inter_lat` when
             # played) stands for it only on the steps that cross machines
             hw_net = era.hw_latency["net"]["ring"][p]
             return latency + (nsteps - crossings) * hw_net + crossings * inter_lat
@@ -253,6 +254,19 @@ def _inter_latency(era: NcclEra, hw_net_us: float, plugin_us: float, proto: str)
     if era.plugin_latency_adds:
         return hw_net_us + plugin_us * (2 if proto == SIMPLE else 1)
     return plugin_us if plugin_us else hw_net_us
+
+
+def played_inter_latency(hw_net_us: float, plugin_us: float, proto: str) -> float:
+    """What a network hop is played at: NCCL's own model of it (tuning.cc interLat since 2.18,
+    `_inter_latency` of the newest release: hwLat[NET] plus the latency a net plugin reports,
+    twice for Simple), also for releases that chose without the plugin's figure (before 2.12)
+    or used it instead of hwLat (2.12-2.17): the fabric does not change with the release that
+    runs on it. gansim plays NCCL's hwLat and baseLat for every other hop, figures NCCL's
+    maintainers call empirical corrections (NVIDIA/nccl#535); a plugin's reported latency is
+    the same kind of figure for its fabric, set where NCCL's model chose well with it (aws-ofi-
+    nccl d87d61e0: "a value below 75us ... makes NCCL choose the wrong algorithm for the 2 nodes
+    case")."""
+    return _inter_latency(NEWEST, hw_net_us, plugin_us, proto)
 
 
 def _nvls_bw(era: NcclEra, machine: NcclMachine, graph: Graph, coll: str, algo: str, cap: int, ppn: float,
@@ -309,8 +323,8 @@ def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto:
 def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float, played: bool = False) -> float:
     """ncclTopoGetAlgoTime's latency: the table's, times the ring's "plateau effect" for
     multi-node Simple all-reduces (from 2.18 by generation and bytes per channel and rank;
-    2.7-2.17 x1.9 from nRanks/16 x 64 KiB; none before 2.7). `played`: with the fabric's own network hops
-    instead of what a net plugin reports (Entry.played_latency_us)."""
+    2.7-2.17 x1.9 from nRanks/16 x 64 KiB; none before 2.7). `played`: with the network hops as
+    they are played (Entry.played_latency_us, played_inter_latency)."""
     machine = tuning.machine
     entry = tuning.entry(coll, algo, proto)
     lat = entry.played_latency_us if played else entry.latency_us
