@@ -14,7 +14,7 @@ from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
 FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "channels", "comm_channels",
-          "threads", "latency_us", "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
+          "nvls_heads", "threads", "latency_us", "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
 
 
 def explained(capsys, argv):
@@ -202,3 +202,22 @@ def test_nvls_drain_is_named_in_the_latency(capsys, tmp_path):
     # the ring drains nothing
     rows, _ = explained(capsys, [str(box), "-g", "8", "-b", "16M", "-e", "16M", "--nccl-algo", "ring"])
     assert rows[0]["explain"]["drain_us"] == 0.0 and "drain" not in rows[0]["explain"]["sentence"]
+
+
+def test_nvls_runs_on_all_of_nccls_nvls_channels_each_on_every_head(capsys, tmp_path):
+    """enqueue.cc topoGetAlgoInfo runs NVLS on all of comm->nvlsChannels at every size ("nc =
+    comm->nvlsChannels"), 16 on Hopper (transport/nvls.cc NVLS_NCHANNELS_SM90); each channel
+    works on every head of the NVLS graph. Rows and --explain show those channels, and the
+    heads beside them; the other algorithms have no heads."""
+    box = tmp_path / "h100.yaml"
+    box.write_text("name: h100\ngenerator: nvswitch\nparams: {gpus: 8, gpu_model: H100-SXM5-80GB, "
+                   "nvlink_bandwidth_GBps: 450.0}\n")
+    for size in ("64K", "1G"):
+        rows, _ = explained(capsys, [str(box), "-g", "8", "-b", size, "-e", size, "--nccl-algo", "nvls",
+                                     "--nccl-version", "2.30.7"])
+        e = rows[0]["explain"]
+        assert rows[0]["algorithm"] == "nvls"
+        assert rows[0]["channels"] == e["channels"] == e["comm_channels"] == 16
+        assert e["nvls_heads"] >= 2 and f"x16/16 ch on {e['nvls_heads']} heads" in e["sentence"]
+    rows, _ = explained(capsys, [str(box), "-g", "8", "-b", "1G", "-e", "1G", "--nccl-algo", "ring"])
+    assert rows[0]["explain"]["nvls_heads"] is None and "heads" not in rows[0]["explain"]["sentence"]

@@ -35,6 +35,7 @@ from gansim.collectives.nccl_tuning import (
     PROTOCOLS,
     algo_time_us,
     nccl_proto,
+    nvls_channels,
     pipeline_fill_us,
     plugin_protocol,
     proxy_serial_us,
@@ -92,6 +93,7 @@ class Explanation:
     chosen_by: str = "model"
     # the protocol the NICs' net plugin set (NCCL_PROTO) where the user did not; None: none
     plugin_protocol: str | None = None
+    nvls_heads: int | None = None  # NVLS and NVLS-Tree: the NVLS graph's heads each channel runs on
 
     @property
     def latency_share(self) -> float:
@@ -111,7 +113,8 @@ class Explanation:
 
     def sentence(self) -> str:
         c = self.chosen
-        parts = [f"{c.algorithm}/{c.protocol} x{self.channels}/{self.comm_channels} ch, {self.threads} thr"]
+        heads = f" on {self.nvls_heads} heads" if self.nvls_heads is not None else ""
+        parts = [f"{c.algorithm}/{c.protocol} x{self.channels}/{self.comm_channels} ch{heads}, {self.threads} thr"]
         b = self.bound_by
         if b is None:
             parts.append("no link to bound it")
@@ -149,6 +152,7 @@ class Explanation:
             "plugin_protocol": self.plugin_protocol,
             "channels": self.channels,
             "comm_channels": self.comm_channels,
+            "nvls_heads": self.nvls_heads,
             "threads": self.threads,
             "latency_us": self.latency_us,
             "latency_share": self.latency_share,
@@ -174,14 +178,13 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     chosen_plan = plan(cluster, state, coll, float(nbytes), algo, proto)
     choice = chosen_plan.choice
     machine = state.machine
-    if choice.algorithm in ("nvls", "nvls_tree"):
-        comm = machine.nvls.channels if machine.nvls else 1
-    else:
-        comm = machine.comm_channels
+    nvls = choice.algorithm in ("nvls", "nvls_tree")
+    comm = nvls_channels(state.tuning.era, machine) if nvls else machine.comm_channels
+    heads = (machine.nvls.channels if machine.nvls else 1) if nvls else None
     return Explanation(
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
-        channels=choice.channels, comm_channels=comm, threads=choice.threads,
+        channels=choice.channels, comm_channels=comm, nvls_heads=heads, threads=choice.threads,
         latency_us=chosen_plan.latency_s * 1e6,
         time_us=seconds * 1e6,
         bound_by=bottleneck(cluster, state, chosen_plan),

@@ -404,7 +404,7 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
             return choose(tuning, coll, nbytes, "ring", None)
         raise ValueError(f"no NCCL algorithm available for {coll}")
     time, a, p = best
-    nc, nt = channels_for(tuning.machine, a, p, nbytes)
+    nc, nt = channels_for(tuning, a, p, nbytes)
     return Choice(a, p, time, nc, nt)
 
 
@@ -464,12 +464,13 @@ def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | 
     return Choice(a, p, time, nc, nt)
 
 
-def channels_for(machine: NcclMachine, algo: str, proto: str, nbytes: float) -> tuple[int, int]:
+def channels_for(tuning: Tuning, algo: str, proto: str, nbytes: float) -> tuple[int, int]:
     """enqueue.cc topoGetAlgoInfo: small messages use fewer channels (and threads) until each
-    thread has `threadThreshold` bytes; NVLS uses its own channels."""
+    thread has `threadThreshold` bytes; NVLS and NVLS-Tree run on all of comm->nvlsChannels
+    at every size ("nc = comm->nvlsChannels"), each channel on every head of the NVLS graph."""
+    machine = tuning.machine
     if algo in ("nvls", "nvls_tree"):
-        graph = machine.nvls
-        return (graph.channels if graph else 1), NCCL_MAX_NTHREADS
+        return nvls_channels(tuning.era, machine), NCCL_MAX_NTHREADS
     nc = machine.comm_channels
     nt = MAX_THREADS[proto]
     if algo == "ring" and proto == SIMPLE and machine.ring.bw_intra * machine.ring.channels <= 12.0:
