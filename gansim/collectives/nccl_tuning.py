@@ -158,9 +158,9 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                 # today (played_inter_latency), whatever the release read of the plugin's figure
                 reported = nic.reported_latency_us if nic else 0.0
                 inter_lat = _inter_latency(era, hw_net, reported, proto)
-                fabric_lat = played_inter_latency(hw_net, reported, proto)
+                played_lat = played_inter_latency(hw_net, reported, proto)
                 latency, played = (_latency(era, machine, coll, algo, proto, nsteps, hw, intra_lat, net)
-                                   for net in (inter_lat, fabric_lat))
+                                   for net in (inter_lat, played_lat))
                 if not _enabled(era, machine, graph, algo, proto):
                     bus = 0.0
                 table[(coll, algo, proto)] = Entry(latency, bus, played)
