@@ -3,14 +3,15 @@
 and the peak resident memory of its largest process, beside the bound it is held to.
 
     python bench/shapes.py [--sizes 1024,16384] [--shapes chunked_ring,nccl,...] [--repeats 1]
-                           [--huge] [--profile PROFILE.json] [--stop-at 3]
+                           [--huge] [--profile PROFILE.json] [--stop-at 3] [--env NAME=VALUE ...]
                            [--markdown docs/performance.md [--block shapes]]
 
 Bounds: 2 s and 500 MB at 1,024 GPUs, 5 s and 1 GB at 16,384, 60 s and 8 GB at 100,000
 (--huge, within the default limits). A
 command is stopped at three times its bound in CPU seconds (--stop-at; its figures are then
 lower bounds, marked >), which other work on the machine does not move; with a larger
---stop-at and --block shapes-past-bound, what the shapes past their bound cost in full. Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
+--stop-at and --block shapes-past-bound, what the shapes past their bound cost in full (--env
+raises a limit for every command, e.g. GANSIM_MAX_TASKS for `predict`, and the table says so). Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
 for 10 steps with DDP buckets. `predict` (at 1,024 ranks) needs a calibration profile: --profile, else a
 tiny one is calibrated first (torch, a minute)."""
 
@@ -124,7 +125,13 @@ def main() -> int:
     parser.add_argument("--block", default="shapes", help="the file's block to write (default: shapes)")
     parser.add_argument("--stop-at", type=float, default=3.0,
                         help="stop a command at this many times its bound in CPU seconds (default 3)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for every command (a raised limit), shown in the table")
     args = parser.parse_args()
+    bad_env = [e for e in args.env if "=" not in e or not e.split("=", 1)[0]]
+    if bad_env:
+        parser.error(f"--env: expected NAME=VALUE, got {bad_env}")
+    extra_env = dict(e.split("=", 1) for e in args.env)
     sizes = [int(s) for s in args.sizes.split(",")]
     unknown = [s for s in sizes if s not in BOUNDS]
     if unknown:
@@ -146,18 +153,19 @@ def main() -> int:
                         continue
                     profile = args.profile or folder / "profile.json"
                     cases.append((PREDICT, "`gansim predict --world-sizes N`, calibrated CPU host", gpus,
-                                  gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)], {}))
+                                  gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)],
+                                  dict(extra_env)))
                     continue
                 shape = SHAPES[name]
                 path = scenario_file(folder, shape, gpus)
                 cases.append((name, shape.what, gpus, gansim + ["simulate", str(path), "--out",
-                                                                  str(folder / "out" / path.stem)], {}))
+                                                                  str(folder / "out" / path.stem)], dict(extra_env)))
         if args.huge:
             for name in HUGE:
                 shape = SHAPES[name]
                 path = scenario_file(folder, shape, 100_000)
                 cases.append((name, shape.what, 100_000, gansim + ["simulate", str(path), "--out",
-                                                                     str(folder / "out" / path.stem)], {}))
+                                                                     str(folder / "out" / path.stem)], dict(extra_env)))
         if any(name == PREDICT for name, *_ in cases) and args.profile is None:
             calibrated_profile(folder)
         # bytecode written once, as a pip install leaves it
