@@ -14,8 +14,8 @@ from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
 FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "channels", "comm_channels",
-          "nvls_heads", "threads", "latency_us", "latency_share", "proxy_us", "drain_us", "bandwidth_share",
-          "bound_by", "sentence"}
+          "nvls_heads", "network_hops", "network_hop_us", "plugin_latency_us", "threads", "latency_us",
+          "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
 
 
 def explained(capsys, argv):

@@ -250,6 +250,26 @@ def test_explain_names_the_plugins_protocol_and_the_runner_up_obeys_it():
     assert forced.chosen.protocol == "LL" and forced.plugin_protocol is None
 
 
+def test_explain_counts_the_network_hops_and_what_the_plugin_puts_in_each():
+    """--explain names the hops across machines in NCCL's latency and what one of them is
+    played at: 2.30's tree over 2 machines crosses the network 2 log2(nNodes) = 2 times; a
+    p4d hop for Simple is hwLat[NET][TREE][Simple] 14 us + the plugin's 75 us twice; on NCCL's
+    own transport only the 14 us; inside one machine there is none."""
+    from gansim.collectives.nccl_explain import explain
+
+    for model, hop, plugin in (("AWS EFA (p4d)", 14.0 + 2 * 75.0, 75.0), (None, 14.0, None)):
+        cluster = Cluster(p4d_topology(model), 16, simpy.Environment())
+        told = explain(cluster, nccl_state(cluster, "2.30.7"), "all_reduce", 1 * MiB, 1e-3, "tree", "Simple")
+        assert told.network_hops == 2 and told.network_hop_us == pytest.approx(hop)
+        assert told.plugin_latency_us == plugin
+        assert f"2 network hops of {hop:.0f} us" in told.sentence()
+        assert ("the net plugin's 75 us in it twice" in told.sentence()) == (model is not None)
+        assert told.to_json()["network_hops"] == 2
+    one = Cluster(p4d_topology("AWS EFA (p4d)"), 8, simpy.Environment())
+    inside = explain(one, nccl_state(one, "2.30.7"), "all_reduce", 1 * MiB, 1e-3)
+    assert inside.network_hops == 0 and inside.plugin_latency_us is None and "network hop" not in inside.sentence()
+
+
 def test_unknown_nic_model_is_a_one_line_error():
     from gansim.core.errors import UserInputError
     with pytest.raises(UserInputError, match="unknown NIC model 'Infiniband'.*AWS EFA"):

@@ -94,6 +94,11 @@ class Explanation:
     # the protocol the NICs' net plugin set (NCCL_PROTO) where the user did not; None: none
     plugin_protocol: str | None = None
     nvls_heads: int | None = None  # NVLS and NVLS-Tree: the NVLS graph's heads each channel runs on
+    # the network hops NCCL's latency counts (0 inside one machine; PAT: a fraction), one of them
+    # as played (hwLat[NET], plus what a net plugin reports: nccl_tuning.played_inter_latency)
+    network_hops: float = 0.0
+    network_hop_us: float = 0.0
+    plugin_latency_us: float | None = None  # what the NICs' net plugin reports to NCCL; None: no plugin
 
     @property
     def latency_share(self) -> float:
@@ -125,6 +130,10 @@ class Explanation:
                          f"x{b.efficiency:.2f} {c.protocol} efficiency)")
         of_it = ([f"{self.proxy_us:.0f} us of it the proxy's posts"] if self.proxy_us > 0 else []) + \
             ([f"{self.drain_us:.0f} us the drain of its chunk pipeline"] if self.drain_us > 0 else [])
+        if self.network_hops > 0:
+            plugin = "" if self.plugin_latency_us is None else \
+                f", the net plugin's {self.plugin_latency_us:.0f} us in it {'twice' if c.protocol == 'Simple' else 'once'}"
+            of_it.insert(0, f"{self.network_hops:g} network hops of {self.network_hop_us:.0f} us{plugin}")
         parts.append(f"latency {100 * self.latency_share:.0f} % of the time"
                      + (f" ({', '.join(of_it)})" if of_it else ""))
         loss = self.runner_up_loss
@@ -153,6 +162,9 @@ class Explanation:
             "channels": self.channels,
             "comm_channels": self.comm_channels,
             "nvls_heads": self.nvls_heads,
+            "network_hops": self.network_hops,
+            "network_hop_us": self.network_hop_us,
+            "plugin_latency_us": self.plugin_latency_us,
             "threads": self.threads,
             "latency_us": self.latency_us,
             "latency_share": self.latency_share,
@@ -181,10 +193,13 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     nvls = choice.algorithm in ("nvls", "nvls_tree")
     comm = nvls_channels(state.tuning.era, machine) if nvls else machine.comm_channels
     heads = (machine.nvls.channels if machine.nvls else 1) if nvls else None
+    entry = state.tuning.entry(coll, choice.algorithm, choice.protocol)
     return Explanation(
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
         channels=choice.channels, comm_channels=comm, nvls_heads=heads, threads=choice.threads,
+        network_hops=entry.network_hops, network_hop_us=entry.played_hop_us if entry.network_hops else 0.0,
+        plugin_latency_us=machine.nic.reported_latency_us if machine.nic and entry.network_hops else None,
         latency_us=chosen_plan.latency_s * 1e6,
         time_us=seconds * 1e6,
         bound_by=bottleneck(cluster, state, chosen_plan),

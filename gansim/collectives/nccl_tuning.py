@@ -53,6 +53,8 @@ class Entry:
     latency_us: float  # NCCL's, as its tuning model has it (what it chooses by)
     bandwidth_GBps: float  # NCCL's algorithm bandwidth; 0: not available
     played_latency_us: float = 0.0  # the same with the network hops as played (played_inter_latency)
+    played_hop_us: float = 0.0  # one network hop as played
+    network_hops: float = 0.0  # how many of them the played latency counts (PAT: a fraction)
 
 
 @dataclass
@@ -159,11 +161,12 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                 reported = nic.reported_latency_us if nic else 0.0
                 inter_lat = _inter_latency(era, hw_net, reported, proto)
                 played_lat = played_inter_latency(hw_net, reported, proto)
-                latency, played = (_latency(era, machine, coll, algo, proto, nsteps, hw, intra_lat, net)
-                                   for net in (inter_lat, played_lat))
+                latency, played, one_more = (_latency(era, machine, coll, algo, proto, nsteps, hw, intra_lat, net)
+                                             for net in (inter_lat, played_lat, played_lat + 1.0))
                 if not _enabled(era, machine, graph, algo, proto):
                     bus = 0.0
-                table[(coll, algo, proto)] = Entry(latency, bus, played)
+                # the latency is linear in the hop: one more us a hop adds the hops' count
+                table[(coll, algo, proto)] = Entry(latency, bus, played, played_lat, round(one_more - played, 6))
     return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
 
 
