@@ -37,6 +37,7 @@ from gansim.collectives.nccl_tuning import (
     nccl_proto,
     nvls_channels,
     pipeline_fill_us,
+    plugin_latency_times,
     plugin_protocol,
     proxy_serial_us,
 )
@@ -131,8 +132,9 @@ class Explanation:
         of_it = ([f"{self.proxy_us:.0f} us of it the proxy's posts"] if self.proxy_us > 0 else []) + \
             ([f"{self.drain_us:.0f} us the drain of its chunk pipeline"] if self.drain_us > 0 else [])
         if self.network_hops > 0:
+            times = {1: "once", 2: "twice"}[plugin_latency_times(c.protocol)]
             plugin = "" if self.plugin_latency_us is None else \
-                f", the net plugin's {self.plugin_latency_us:.0f} us in it {'twice' if c.protocol == 'Simple' else 'once'}"
+                f", the net plugin's {self.plugin_latency_us:.0f} us in it {times}"
             of_it.insert(0, f"{self.network_hops:g} network hops of {self.network_hop_us:.0f} us{plugin}")
         parts.append(f"latency {100 * self.latency_share:.0f} % of the time"
                      + (f" ({', '.join(of_it)})" if of_it else ""))

@@ -255,8 +255,14 @@ def _inter_latency(era: NcclEra, hw_net_us: float, plugin_us: float, proto: str)
     if not era.plugin_latency_read:
         return hw_net_us
     if era.plugin_latency_adds:
-        return hw_net_us + plugin_us * (2 if proto == SIMPLE else 1)
+        return hw_net_us + plugin_us * plugin_latency_times(proto)
     return plugin_us if plugin_us else hw_net_us
+
+
+def plugin_latency_times(proto: str) -> int:
+    """How many times tuning.cc (2.18 on) adds a net plugin's latency to a network hop: once,
+    and once more for Simple ("Also add the flush extra latency")."""
+    return 2 if proto == SIMPLE else 1
 
 
 def played_inter_latency(hw_net_us: float, plugin_us: float, proto: str) -> float:
