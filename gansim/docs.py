@@ -146,6 +146,28 @@ def speedup_table(scenario: str) -> str:
     return f"{GENERATED_BY}\n`gansim simulate {scenario}`:\n\n{_markdown_table(header, rows)}{note}"
 
 
+def scaling_gap_table(scenario: str) -> str:
+    """Where a strong-scaling scenario's time goes beyond the one-GPU step over N: the
+    published step (its reference's), the model's, and the model's all-reduces, each less
+    T(1) / N, for the first algorithm. A gap that follows the all-reduces is communication; one
+    that does not is work the model leaves out."""
+    summary = _summary(scenario)
+    runs = summary["runs"]
+    first = runs[0]["algorithm"]
+    by_gpus = {run["gpus"]: run for run in runs if run["algorithm"] == first}
+    published = {int(k): v for k, v in ((summary.get("reference") or {}).get("step_time_s") or {}).items()}
+    one = by_gpus[1]["step_time_s"]
+    header = ["GPUs", "published step (ms)", "model step (ms)", "T(1) / N (ms)", "published - T(1) / N (ms)",
+              f"`{first}` - T(1) / N (ms)", "of it all-reduces (ms)", "published - model (ms)"]
+    rows = []
+    for n in sorted(g for g in by_gpus if g > 1 and g in published):
+        run, ideal = by_gpus[n], one / n
+        rows.append([str(n), _ms(published[n]), _ms(run["step_time_s"]), _ms(ideal), _ms(published[n] - ideal),
+                     _ms(run["step_time_s"] - ideal), _ms(run["allreduce_time_s"]),
+                     _ms(published[n] - run["step_time_s"])])
+    return f"{GENERATED_BY}\n`gansim simulate {scenario}`, per step:\n\n{_markdown_table(header, rows)}"
+
+
 # summary.json fields of a whole run, in the order a what-if table shows them
 WHOLE_RUN_COLUMNS = (
     ("step_time_s", "step (ms)", _ms),
@@ -221,6 +243,7 @@ BLOCKS = (
     Block("validate-published-points", "docs/validation.md", _published_points),
     Block("paper-table3", "docs/validation.md", lambda: speedup_table("paper-table3")),
     Block("stylegan2-dgx1", "docs/validation.md", lambda: speedup_table("stylegan2-dgx1")),
+    Block("stylegan2-dgx1-gap", "docs/validation.md", lambda: scaling_gap_table("stylegan2-dgx1")),
     Block("seed000-dcgan-clouds", "docs/whatifs.md", lambda: whatif_table("seed000-dcgan-clouds")),
     Block("seed000-plan", "docs/whatifs.md", lambda: _plan("seed000-dcgan-clouds")),
     Block("seed001-resource-aware", "docs/whatifs.md", lambda: whatif_table("seed001-resource-aware")),
