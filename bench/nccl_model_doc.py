@@ -6,9 +6,10 @@ README.md's two-line summary of both.
     python bench/nccl_model_doc.py                      # the shipped set only
     python bench/nccl_model_doc.py --heldout DIR        # and the held-aside files in DIR
 
-Held-aside files are read through the same code path as the shipped ones (their points
-predicted from their topology alone, their NCCL_P2P_LEVEL applied), but their `source` is not
-checked: some cite pages outside GitHub, which the shipped loader refuses.
+Held-aside files are read and checked by the same loader as the shipped ones
+(`load_published`: every field validated, the name the file's) and predicted the same way
+(from their topology alone, their NCCL_P2P_LEVEL applied); tests/test_published.py holds them
+to it without predicting them.
 """
 
 from __future__ import annotations
@@ -16,13 +17,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
-
 from gansim.docs import write_block
 from gansim.prediction.published import (
     PublishedFile,
-    PublishedMeasurement,
-    PublishedSystem,
     BANDS,
     compare,
     error_table,
@@ -33,17 +30,6 @@ from gansim.prediction.published import (
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "nccl-model.md"
 README = ROOT / "README.md"
-
-
-def held_out(folder: Path) -> list[PublishedFile]:
-    """Every *.yaml of `folder` as a published file, its source left unchecked."""
-    out = []
-    for path in sorted(folder.glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text())
-        measurements = [PublishedMeasurement.model_validate(m) for m in raw["measurements"]]
-        spec = PublishedSystem.model_construct(**{**raw, "measurements": measurements, "env": raw.get("env", {})})
-        out.append(PublishedFile(spec, str(path)))
-    return out
 
 
 def fenced(body: str) -> str:
@@ -70,7 +56,7 @@ def main() -> None:
     summary, _points = error_table(files, rows).split("\n\n")
     write_block(DOC, "nccl-model-published", fenced(summary))
     if args.heldout is not None:
-        kept = held_out(args.heldout)
+        kept = load_published(directory=args.heldout)
         kept_rows = [r for f in kept for r in compare(f)]
         write_block(DOC, "nccl-model-heldout", fenced(error_table(kept, kept_rows)))
         write_block(README, "nccl-accuracy", "\n".join([
