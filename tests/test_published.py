@@ -185,3 +185,41 @@ def test_a_run_of_one_thread_driving_its_gpus_is_held_by_their_launches(tmp_path
         load_published("v100-sxm2-8gpu-cube-mesh", tmp_path)
     text = str(err.value)
     assert "\n" not in text and "gpus_per_thread" in text and "allowed: 1 to 8" in text
+
+
+def _copy_with_source(tmp_path, name: str, nccl_version: str, dated) -> Path:
+    import yaml
+
+    from gansim.core.files import shipped_dir
+
+    data = yaml.safe_load((shipped_dir("validation") / f"{name}.yaml").read_text())
+    data["nccl_version"] = nccl_version
+    data["source"].pop("dated", None)
+    if dated is not None:
+        data["source"]["dated"] = dated
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return tmp_path
+
+
+@pytest.mark.parametrize("nccl_version,dated,model", [
+    # not stated: the newest release tagged in NVIDIA/nccl before the source's day
+    ("not stated", "2019-09-26", "2.4.8"),  # v2.4.8-1 2019-06-25, v2.5.6-1 2019-11-19
+    ("not stated", "2023-04-18", "2.17.1"),  # v2.18.1-1 is of that very day: not before it
+    ("not stated", "2023-10-15", "2.19.3"),  # newest by number, not by date (v2.18.6-1 2023-10-10)
+    ("not stated", "2017-01-01", "2.4"),  # before every release modelled: the oldest
+    ("not stated", None, "2.30.7"),  # no day: the newest modelled
+    ("2.16.2", "2026-01-01", "2.16.2"),  # a stated release stands
+])
+def test_a_run_that_does_not_state_its_nccl_is_modelled_by_the_newest_release_before_its_source(
+        tmp_path, nccl_version, dated, model):
+    folder = _copy_with_source(tmp_path, "stanage-a100-4gpu-nvlink", nccl_version, dated)
+    (published,) = load_published("stanage-a100-4gpu-nvlink", folder)
+    assert published.model_version == model
+
+
+def test_a_source_day_that_is_not_a_day_is_one_line(tmp_path):
+    _copy_with_source(tmp_path, "stanage-a100-4gpu-nvlink", "not stated", "April 2023")
+    with pytest.raises(UserInputError) as err:
+        load_published("stanage-a100-4gpu-nvlink", tmp_path)
+    text = str(err.value)
+    assert "\n" not in text and "dated" in text and "YYYY-MM-DD" in text and "stanage-a100-4gpu-nvlink.yaml" in text

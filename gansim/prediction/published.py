@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +20,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
-from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, parse_version
+from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, newest_release_before, parse_version
 from gansim.core.units import MiB
 from gansim.prediction.nccl_tests_table import OPS, nccl_tests_table
 from gansim.topology.graph import Topology, topology_from_dict
@@ -35,6 +36,19 @@ class PublishedSource(Strict):
     url: str = Field(min_length=8)
     where: str = Field(min_length=3)
     read: str = Field(min_length=4)
+    # the day the source first showed the table (the commit that added it, a post's or a
+    # comment's date): a run that does not state its NCCL release used one from before it
+    dated: str | None = None
+
+    @field_validator("dated")
+    @classmethod
+    def _a_day(cls, day: str | None) -> str | None:
+        if day is not None:
+            try:
+                date.fromisoformat(day)
+            except ValueError:
+                raise ValueError(f"expected a day as YYYY-MM-DD, got {day!r}") from None
+        return day
 
 
 # size_B, time_us, algbw_GBps, busbw_GBps (nccl-tests' out-of-place columns); the measured
@@ -126,11 +140,13 @@ class PublishedFile:
     @property
     def model_version(self) -> str:
         """The NCCL release whose tuning model predicts this file: the one it ran; the
-        oldest modelled for an older one; the newest where the source does not say."""
+        oldest modelled for an older one; where the source does not say, the newest release
+        from before the source's day (`source.dated`), else the newest modelled."""
         try:
             ran = parse_version(self.spec.nccl_version)
-        except ValueError:
-            return NEWEST_VERSION  # "not stated"
+        except ValueError:  # "not stated"
+            dated = self.spec.source.dated
+            return newest_release_before(dated) if dated else NEWEST_VERSION
         if ran < parse_version(OLDEST_VERSION):
             return OLDEST_VERSION
         return min(self.spec.nccl_version, NEWEST_VERSION, key=parse_version)
