@@ -217,8 +217,9 @@ def test_a_run_that_does_not_state_its_nccl_is_modelled_by_the_newest_release_be
     assert published.model_version == model
 
 
-def test_a_source_day_that_is_not_a_day_is_one_line(tmp_path):
-    _copy_with_source(tmp_path, "stanage-a100-4gpu-nvlink", "not stated", "April 2023")
+@pytest.mark.parametrize("day", ["April 2023", "20230418", "2023-02-30"])
+def test_a_source_day_that_is_not_a_day_is_one_line(tmp_path, day):
+    _copy_with_source(tmp_path, "stanage-a100-4gpu-nvlink", "not stated", day)
     with pytest.raises(UserInputError) as err:
         load_published("stanage-a100-4gpu-nvlink", tmp_path)
     text = str(err.value)

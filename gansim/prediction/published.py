@@ -9,6 +9,7 @@ nothing in a file is read by the model except its topology and the sizes."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from datetime import date
@@ -45,6 +46,8 @@ class PublishedSource(Strict):
     def _a_day(cls, day: str | None) -> str | None:
         if day is not None:
             try:
+                if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
+                    raise ValueError(day)
                 date.fromisoformat(day)
             except ValueError:
                 raise ValueError(f"expected a day as YYYY-MM-DD, got {day!r}") from None
