@@ -215,6 +215,12 @@ def test_a_run_that_does_not_state_its_nccl_is_modelled_by_the_newest_release_be
     folder = _copy_with_source(tmp_path, "stanage-a100-4gpu-nvlink", nccl_version, dated)
     (published,) = load_published("stanage-a100-4gpu-nvlink", folder)
     assert published.model_version == model
+    if dated is not None:  # the day unquoted, which YAML reads as a date, is the same day
+        path = folder / "stanage-a100-4gpu-nvlink.yaml"
+        path.write_text(path.read_text().replace(f"dated: '{dated}'", f"dated: {dated}"))
+        assert f"dated: {dated}\n" in path.read_text()
+        (unquoted,) = load_published("stanage-a100-4gpu-nvlink", folder)
+        assert unquoted.spec.source.dated == dated and unquoted.model_version == model
 
 
 @pytest.mark.parametrize("day", ["April 2023", "20230418", "2023-02-30"])

@@ -41,6 +41,12 @@ class PublishedSource(Strict):
     # comment's date): a run that does not state its NCCL release used one from before it
     dated: str | None = None
 
+    @field_validator("read", "dated", mode="before")
+    @classmethod
+    def _unquoted_day(cls, value: Any) -> Any:
+        """YAML reads an unquoted 2023-04-18 as a date: the same day, as text."""
+        return value.isoformat() if isinstance(value, date) else value
+
     @field_validator("dated")
     @classmethod
     def _a_day(cls, day: str | None) -> str | None:
