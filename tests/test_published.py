@@ -124,15 +124,20 @@ def test_published_report_renders_one_panel_per_system_in_chromium(tmp_path):
     assert "Error table" in page.dom and "autodl-2080ti-pcie-no-p2p" in page.dom
 
 
-def _copy_with_env(tmp_path, name: str, env: dict) -> Path:
+def _edited_copy(tmp_path, name: str, edit) -> Path:
+    """A folder holding the shipped published file `name` with `edit(data)` applied to it."""
     import yaml
 
     from gansim.core.files import shipped_dir
 
     data = yaml.safe_load((shipped_dir("validation") / f"{name}.yaml").read_text())
-    data["env"] = env
+    edit(data)
     (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return tmp_path
+
+
+def _copy_with_env(tmp_path, name: str, env: dict) -> Path:
+    return _edited_copy(tmp_path, name, lambda data: data.update(env=env))
 
 
 def test_a_run_s_nccl_algo_and_proto_are_applied(tmp_path):
@@ -169,18 +174,13 @@ def test_an_env_value_the_model_cannot_apply_is_one_line(tmp_path, capsys, key, 
 def test_a_run_of_one_thread_driving_its_gpus_is_held_by_their_launches(tmp_path):
     """gpus_per_thread (nccl-tests -g): the shipped -g 8 box's smallest sizes take at least
     8 launches; a file that has a thread drive more GPUs than it has is one line."""
-    import yaml
-
-    from gansim.core.files import shipped_dir
     from gansim.prediction.nccl_tests_table import LAUNCH_US_PER_GPU
 
     (driven,) = load_published("v100-sxm2-8gpu-cube-mesh")
     assert driven.spec.gpus_per_thread == 8
     rows = compare(driven)
     assert min(r.predicted_time_us for r in rows) == pytest.approx(8 * LAUNCH_US_PER_GPU)
-    data = yaml.safe_load((shipped_dir("validation") / "v100-sxm2-8gpu-cube-mesh.yaml").read_text())
-    data["gpus_per_thread"] = 16
-    (tmp_path / "v100-sxm2-8gpu-cube-mesh.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    _edited_copy(tmp_path, "v100-sxm2-8gpu-cube-mesh", lambda data: data.update(gpus_per_thread=16))
     with pytest.raises(UserInputError) as err:
         load_published("v100-sxm2-8gpu-cube-mesh", tmp_path)
     text = str(err.value)
@@ -188,17 +188,12 @@ def test_a_run_of_one_thread_driving_its_gpus_is_held_by_their_launches(tmp_path
 
 
 def _copy_with_source(tmp_path, name: str, nccl_version: str, dated) -> Path:
-    import yaml
-
-    from gansim.core.files import shipped_dir
-
-    data = yaml.safe_load((shipped_dir("validation") / f"{name}.yaml").read_text())
-    data["nccl_version"] = nccl_version
-    data["source"].pop("dated", None)
-    if dated is not None:
-        data["source"]["dated"] = dated
-    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return tmp_path
+    def edit(data):
+        data["nccl_version"] = nccl_version
+        data["source"].pop("dated", None)
+        if dated is not None:
+            data["source"]["dated"] = dated
+    return _edited_copy(tmp_path, name, edit)
 
 
 @pytest.mark.parametrize("nccl_version,dated,model", [
