@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from gansim.core.arrays import ragged
+from gansim.core.arrays import ragged, unique_inverse
 from gansim.network.flows import FlowNetwork, max_min_rates
 
 GB = 1e9
@@ -176,3 +176,15 @@ def test_max_min_rates_match_progressive_filling(shared):
 def test_ragged_ranges_are_each_rows_positions_end_to_end():
     at, owner = ragged(np.array([5, 0, 9]), np.array([2, 0, 3]))
     assert at.tolist() == [5, 6, 9, 10, 11] and owner.tolist() == [0, 0, 2, 2, 2]
+
+
+@pytest.mark.parametrize("high", [5, 1000, 10**9])
+def test_distinct_numbers_counted_are_those_np_unique_sorts(high):
+    rng = np.random.default_rng(high)
+    for size in (0, 1, 7, 5000):
+        values = rng.integers(0, high, size=size)
+        used, inverse = unique_inverse(values)
+        expected_used, expected_inverse = np.unique(values, return_inverse=True)
+        assert used.dtype == values.dtype
+        assert np.array_equal(used, expected_used)
+        assert np.array_equal(inverse, expected_inverse.ravel())

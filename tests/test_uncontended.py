@@ -274,3 +274,54 @@ def test_compute_phases_that_meet_on_one_gpu_are_played_again_on_the_flow_networ
     as_flows, _ = run_private(monkeypatch, "switch", False, "paper-mlp-gan", **options)
     assert timed == 0  # found overlapping, played again with every phase a flow
     assert as_delays == as_flows
+
+
+@pytest.mark.parametrize("topology", ["switch", "multi_node"])
+def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_digit(monkeypatch, topology):
+    """Plays of a successor ring that keep no per-step durations (large rings) take each step's
+    bytes / rate and its received bytes x gamma as views of arrays divided once per offset of
+    the rates' period: the multi_node machines' rates repeat every 4 ranks, the switch's every
+    rank. The figures are those of the division per step, exactly, and the flow network's."""
+    monkeypatch.setattr(uncontended, "_DURATIONS_MAX_TRANSFERS", 0)
+    workload = {"allreduce_bytes": 4 * 100_003}  # segments of unequal sizes
+    options = {"gamma_s_per_byte": 3e-11}
+    used = []
+    views = uncontended.PlayPlan.successor_duration
+
+    def counted(plan, k):
+        found = views(plan, k)
+        used.append(found is not None)
+        return found
+
+    reduced = []
+    scaled = uncontended.PlayPlan.successor_reduce
+
+    def counted_reduce(plan, k, gamma):
+        found = scaled(plan, k, gamma)
+        reduced.append(found is not None)
+        return found
+
+    monkeypatch.setattr(uncontended.PlayPlan, "successor_duration", counted)
+    monkeypatch.setattr(uncontended.PlayPlan, "successor_reduce", counted_reduce)
+    fast, plays = run(monkeypatch, topology, "ring", workload, plays=True, **options)
+    # 3 plays of 2 x 11 steps, 11 of them reducing
+    assert plays == 3 and all(used) and len(used) == 3 * 2 * 11
+    assert all(reduced) and len(reduced) == 3 * 11
+    monkeypatch.setattr(uncontended.PlayPlan, "successor_duration", lambda plan, k: None)
+    monkeypatch.setattr(uncontended.PlayPlan, "successor_reduce", lambda plan, k, gamma: None)
+    divided, _ = run(monkeypatch, topology, "ring", workload, plays=True, **options)
+    flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, **options)
+    for key in FIGURES:
+        assert getattr(fast, key) == getattr(divided, key), key
+    assert fast.breakdown.to_dict() == divided.breakdown.to_dict()
+    assert_same(fast, flowed)
+
+
+def test_rates_without_a_short_period_are_divided_step_by_step():
+    rates = np.tile([1.0, 2.0], 50)
+    rates[-1] = 3.0  # 100 slots: no period up to 64 slots divides them
+    assert uncontended._per_offset(rates, 300) is None
+    assert len(uncontended._per_offset(rates[-60:], 180)) == 60  # a ring of 60: its own length
+    assert uncontended._per_offset(np.tile([1.0, 2.0], 50), 300) == [None, None]
+    assert len(uncontended._per_offset(np.tile([1.0, 2.0, 4.0], 4), 36)) == 3
+    assert len(uncontended._per_offset(np.full(8, 5.0), 24)) == 1

@@ -53,7 +53,7 @@ from gansim.collectives.nccl_tuning import (
     tree_correction,
     tune,
 )
-from gansim.core.arrays import ragged
+from gansim.core.arrays import ragged, unique_inverse
 from gansim.network.cluster import Cluster
 from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
 
@@ -217,7 +217,7 @@ class _Loads:
 
 def _merged(resources: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each resource once, with the sum of its weights (added in the order they come)."""
-    used, inverse = np.unique(resources, return_inverse=True)
+    used, inverse = unique_inverse(resources)
     return used, np.bincount(inverse, weights=weights, minlength=used.size)
 
 
@@ -235,13 +235,16 @@ def _channel_loads(cluster: Cluster, machine: NcclMachine, proto: str, kernels_G
     their hops' loads in hop order, so every sum adds its terms in the order the hops come."""
     wire = WIRE_BYTES_PER_DATA_BYTE[proto]
     # the hops' loads do not depend on the message size: collectives of several sizes (a
-    # GAN's DDP buckets) on the same channels and protocol share them
+    # GAN's DDP buckets) on the same channels and protocol share them, and their sums
     key = (wire, tuple((s.tobytes(), r.tobytes(), nics) for s, r, nics in channels))
+    kernel_weight = _kernel_weight(kernels_GBps)
+    summed = machine.channel_loads.get((key, kernel_weight))
+    if summed is not None:
+        return summed
     table = machine.channel_hops.get(key)
     if table is None:
         table = machine.channel_hops[key] = _hop_table(cluster, machine, wire, channels)
     senders, inverse, lengths, starts, all_resources, all_weights = table
-    kernel_weight = _kernel_weight(kernels_GBps)
     kernels = np.asarray(cluster.kernel_resource, dtype=np.int64)[senders]
     out = []
     first = 0
@@ -256,6 +259,7 @@ def _channel_loads(cluster: Cluster, machine: NcclMachine, proto: str, kernels_G
             res = np.concatenate([res, sent])
             w = np.concatenate([w, np.full(sent.size, kernel_weight)])
         out.append(_merged(res, w))
+    machine.channel_loads[(key, kernel_weight)] = out
     return out
 
 

@@ -222,6 +222,7 @@ class NcclMachine:
     # gansim/collectives/nccl.py's loads of every hop of a set of channels, per protocol's wire
     # factor and channels (the same for every message size)
     channel_hops: dict[tuple, tuple] = field(default_factory=dict, repr=False)
+    channel_loads: dict[tuple, list] = field(default_factory=dict, repr=False)  # _channel_loads' results
     _nic_bws: dict[tuple[int, str], float] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ building

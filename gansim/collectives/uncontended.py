@@ -46,6 +46,10 @@ UNCONTENDED_MIN_RANKS = 1 << 8
 # A plan keeps every step's transfer times (bytes / rate) when the schedule has at most this
 # many transfers (32 MB), for the collectives of a run that play the same schedule again.
 _DURATIONS_MAX_TRANSFERS = 1 << 22
+# A successor ring's rates are looked at for a period up to this many slots (machines of up
+# to 64 GPUs), and its base divided once per offset while that keeps at most this many floats.
+_RATE_PERIOD_MAX = 64
+_BASE_DURATIONS_MAX_ELEMENTS = 1 << 23
 
 
 @dataclass
@@ -105,6 +109,11 @@ class PlayPlan:
     _window_bytes: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     # per step whose bounds are such windows: (the base's bytes, where the step's window starts)
     _windows: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
+    # per (base, successor shape): its bytes over the shape's rates, one array per offset of
+    # the rates' period (see `successor_duration`); None where the rates have no short period
+    _base_durations: dict[tuple[int, int], list[np.ndarray | None] | None] = field(default_factory=dict, repr=False)
+    # per (base, gamma): its bytes times gamma (see `successor_reduce`)
+    _base_reduce: dict[tuple[int, float], np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
@@ -149,6 +158,60 @@ class PlayPlan:
         if shape.merged:
             amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
         return amount
+
+    def _successor_window(self, k: int) -> tuple[np.ndarray, int] | None:
+        """Step k's window (base bytes, start) where step k is a successor ring's over one base
+        of period n (a single ring's bounds tiled three times), slot i being transfer i."""
+        window = self._windows.get(k)
+        shape = self.shapes[self.step_shape[k]]
+        if window is None or not shape.successor or shape.merged:
+            return None
+        window_bytes, at = window
+        n = shape.src.size
+        if window_bytes.size != 3 * n or at < 1:
+            return None
+        return window
+
+    def successor_duration(self, k: int) -> np.ndarray | None:
+        """Step k's bytes / rate per slot as a view, without a division per step: where a
+        successor ring's rates repeat every P slots (P | n: machines that copy one another) and
+        its bytes are windows of a base of period n, slot i's rate at window start `at` is the
+        base's element at + i over rate[(at + i - r) mod P] with r = at mod P, so the base
+        divided once per r holds every step's durations; the same divisions, so the same
+        figures to the last digit."""
+        window = self._successor_window(k)
+        if window is None:
+            return None
+        window_bytes, at = window
+        index = self.step_shape[k]
+        key = (id(window_bytes), index)
+        if key not in self._base_durations:
+            self._base_durations[key] = _per_offset(self.shapes[index].rate, window_bytes.size)
+        per_offset = self._base_durations[key]
+        if per_offset is None:
+            return None
+        offset = at % len(per_offset)
+        divided = per_offset[offset]
+        if divided is None:
+            rate = self.shapes[index].rate
+            period = len(per_offset)
+            divided = per_offset[offset] = window_bytes / rate[(np.arange(window_bytes.size) - offset) % period]
+        return divided[at:at + self.shapes[index].src.size]
+
+    def successor_reduce(self, k: int, gamma: float) -> np.ndarray | None:
+        """Per participant of a successor ring's step k: the bytes it receives times gamma, as
+        a view (participant i receives slot i - 1's bytes: the base's element at + i - 1, which
+        for i = 0 is at + n - 1's, the same by the base's period). The products bincount and
+        `* gamma` would give, so the same figures to the last digit."""
+        window = self._successor_window(k)
+        if window is None:
+            return None
+        window_bytes, at = window
+        key = (id(window_bytes), gamma)
+        scaled = self._base_reduce.get(key)
+        if scaled is None:
+            scaled = self._base_reduce[key] = window_bytes * gamma
+        return scaled[at - 1:at - 1 + self.shapes[self.step_shape[k]].src.size]
 
     def _window_amount(self, step: Step, k: int) -> np.ndarray | None:
         """Bytes per transfer of `step` as a slice, where its bounds are equal windows of two
@@ -228,7 +291,9 @@ class UncontendedPlay:
                 duration = durations[k]
             else:
                 amount = plan.amount(k)
-                duration = amount / shape.rate
+                duration = plan.successor_duration(k)
+                if duration is None:
+                    duration = amount / shape.rate
                 if fill:
                     carried[index] += amount
                     if kept is not None:
@@ -256,7 +321,11 @@ class UncontendedPlay:
                     np.maximum.at(done, shape.src, finish)
                     np.maximum.at(done, shape.dst, finish)
             if step.reduce and gamma > 0:
-                done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
+                received = plan.successor_reduce(k, gamma) if done is t else None
+                if received is not None:
+                    t += received
+                else:
+                    done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
             if shape.send_slot is None:
                 t[shape.takes_part] = done[shape.takes_part]
             elif done is not t:  # (a successor ring's step already ended in t itself)
@@ -330,6 +399,17 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
     successor = ring and bool((dst == (src + 1) % n_part).all())
     return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
                   ring, successor)
+
+
+def _per_offset(rate: np.ndarray, base_size: int) -> list[np.ndarray | None] | None:
+    """One empty place per offset of the shortest period P (dividing rate.size, at most
+    _RATE_PERIOD_MAX) with which `rate` repeats, or None where it has none."""
+    n = rate.size
+    for period in range(1, min(n, _RATE_PERIOD_MAX) + 1):
+        if n % period == 0 and period * base_size <= _BASE_DURATIONS_MAX_ELEMENTS:
+            if np.array_equal(rate.reshape(n // period, period), np.broadcast_to(rate[:period], (n // period, period))):
+                return [None] * period
+    return None
 
 
 def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:

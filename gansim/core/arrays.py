@@ -1,4 +1,5 @@
-"""Array shapes that several stages build: ragged ranges, one per row, laid end to end."""
+"""Array shapes that several stages build: ragged ranges, one per row, laid end to end; the
+distinct numbers of an array and where each element is among them."""
 
 from __future__ import annotations
 
@@ -11,3 +12,21 @@ def ragged(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarr
     starts, counts = np.asarray(starts, dtype=np.int64), np.asarray(counts, dtype=np.int64)
     owner = np.repeat(np.arange(counts.size), counts)
     return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts), owner
+
+
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) for non-negative integers (resource, route or
+    vertex numbers): where their range is not much wider than their count, counted rather than
+    sorted, which is O(n) instead of O(n log n); the same two arrays either way."""
+    values = np.asarray(values)
+    if values.size == 0 or values.dtype.kind not in "iu":
+        used, inverse = np.unique(values, return_inverse=True)
+        return used, inverse.ravel()
+    low, top = int(values.min()), int(values.max()) + 1
+    if low < 0 or top > 8 * values.size + 4096:
+        used, inverse = np.unique(values, return_inverse=True)
+        return used, inverse.ravel()
+    used = np.flatnonzero(np.bincount(values.ravel(), minlength=top))
+    place = np.empty(top, dtype=np.int64)
+    place[used] = np.arange(used.size)
+    return used.astype(values.dtype, copy=False), place[values.ravel()]

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from gansim.core.arrays import ragged
+from gansim.core.arrays import ragged, unique_inverse
 
 # Flows whose finishing times agree to this relative precision end in the same event;
 # floating-point noise must not split a symmetric step into a thousand events.
@@ -46,7 +46,7 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     if pair_flow.size == 0:
         return rates
     weighted = pair_weight is not None and not bool((pair_weight == 1.0).all())
-    used, local = np.unique(pair_res, return_inverse=True)
+    used, local = unique_inverse(pair_res)
     if used.size == pair_res.size:
         # what a resource alone gives its flow: its capacity over the flow's weight on it
         alone = capacity[pair_res] / pair_weight if weighted else capacity[pair_res]
@@ -176,9 +176,8 @@ class FlowNetwork:
         the same route (a collective's channels, step after step) share its pairs, found once."""
         self._sync_routes()
         routes = np.asarray(routes, dtype=np.int64)
-        found, inverse = np.unique(routes, return_inverse=True)
+        found, inverse = unique_inverse(routes)
         if found.size < routes.size:
-            inverse = inverse.ravel()
             of_route, resources = self.route_pairs_on(found, wanted, rows_per_batch)
             counts = np.bincount(of_route, minlength=found.size)
             at, of_flow = ragged((np.cumsum(counts) - counts)[inverse], counts[inverse])
@@ -218,9 +217,9 @@ class FlowNetwork:
         """What a flow alone on each route moves per second: its resources' least capacity
         over the route's weight on it (inf for an empty route)."""
         routes = np.asarray(routes, dtype=np.int64)
-        found, inverse = np.unique(routes, return_inverse=True)
+        found, inverse = unique_inverse(routes)
         if found.size < routes.size:  # each route once (a rank's compute under every step's phases)
-            return self.alone_rate(found)[inverse.ravel()]
+            return self.alone_rate(found)[inverse]
         flow, res = self.route_pairs(routes)
         weight = self.route_pair_weights(routes)
         rate = np.full(routes.size, np.inf)
