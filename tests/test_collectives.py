@@ -312,3 +312,24 @@ def test_broadcast_gives_every_rank_rank_zeros_buffer(p: int) -> None:
     data = np.random.default_rng(p).normal(size=(p, 7))
     out = execute_on_arrays(schedule, data)
     assert np.array_equal(out, np.repeat(data[:1], p, axis=0))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+def test_a_step_that_names_its_window_is_that_window_of_its_arrays(algorithm):
+    """Plays read a ring step's bytes as a slice of one array for all its steps (from
+    Step.window, without working out where the step's arrays start): the slice must be the
+    step's own lo and hi."""
+    named = 0
+    for ranks in (2, 5, 16, 64):
+        for groups in (None, [list(range(i, min(i + 4, ranks))) for i in range(0, ranks, 4)]):
+            try:
+                schedule = build_schedule(algorithm, ranks, 100_003, groups)
+            except ValueError:
+                continue  # an algorithm that needs other ranks or groups
+            for step in schedule.steps:
+                if step.window >= 0:
+                    named += 1
+                    for mine in (step.lo, step.hi):
+                        assert np.array_equal(mine.base.ravel()[step.window:step.window + mine.size], mine)
+    if algorithm in ("ring", "nccl"):
+        assert named > 0

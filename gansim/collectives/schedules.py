@@ -62,6 +62,9 @@ class Step:
     lo: np.ndarray
     hi: np.ndarray
     reduce: bool
+    # where lo and hi start in the arrays they are windows of (lo.base and hi.base, of one
+    # shape, flattened), for a schedule that made every step so (a ring's); -1: not so made
+    window: int = -1
 
     def __post_init__(self) -> None:
         arrays = {name: _frozen_int64(getattr(self, name)) for name in ("src", "dst", "lo", "hi")}
@@ -203,7 +206,8 @@ def _ring_steps(
             window = slice(start, start + n)
             lo = (lo3[window] if by_position else lo3[:, window]).reshape(-1)
             hi = (hi3[window] if by_position else hi3[:, window]).reshape(-1)
-            steps.append(Step(src, dst, lo, hi, reduce) if whole else _step(src, dst, lo, hi, reduce))
+            at = start * rings if by_position else -1  # lo3 / hi3 rows: a view from there
+            steps.append(Step(src, dst, lo, hi, reduce, at) if whole else _step(src, dst, lo, hi, reduce))
     return steps
 
 

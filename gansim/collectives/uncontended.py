@@ -219,6 +219,8 @@ class PlayPlan:
         bytes, worked out once, are the same floating-point products as the step's own."""
         hi, lo = step.hi, step.lo
         hi_base, lo_base = hi.base, lo.base
+        if step.window >= 0 and isinstance(hi_base, np.ndarray) and isinstance(lo_base, np.ndarray):
+            return self._window_of(hi_base, lo_base, k, step.window, hi.size)
         if (not isinstance(hi_base, np.ndarray) or not isinstance(lo_base, np.ndarray)
                 or hi_base.shape != lo_base.shape or not hi_base.flags.c_contiguous
                 or not lo_base.flags.c_contiguous or hi.strides != (hi.itemsize,) or lo.strides != (lo.itemsize,)
@@ -228,12 +230,15 @@ class PlayPlan:
         lo_at = (lo.__array_interface__["data"][0] - lo_base.__array_interface__["data"][0]) // lo.itemsize
         if hi_at != lo_at:
             return None
+        return self._window_of(hi_base, lo_base, k, hi_at, hi.size)
+
+    def _window_of(self, hi_base: np.ndarray, lo_base: np.ndarray, k: int, at: int, size: int) -> np.ndarray:
         key = (id(hi_base), id(lo_base))
         window_bytes = self._window_bytes.get(key)
         if window_bytes is None:
             window_bytes = self._window_bytes[key] = (hi_base.ravel() - lo_base.ravel()) * self.bytes_per_element
-        self._windows[k] = (window_bytes, hi_at)
-        return window_bytes[hi_at:hi_at + hi.size]
+        self._windows[k] = (window_bytes, at)
+        return window_bytes[at:at + size]
 
 
 @dataclass
