@@ -278,35 +278,28 @@ def test_compute_phases_that_meet_on_one_gpu_are_played_again_on_the_flow_networ
 
 @pytest.mark.parametrize("topology", ["switch", "multi_node"])
 def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_digit(monkeypatch, topology):
-    """Plays of a successor ring that keep no per-step durations (large rings) take each step's
-    bytes / rate and its received bytes x gamma as views of arrays divided once per offset of
-    the rates' period: the multi_node machines' rates repeat every 4 ranks, the switch's every
-    rank. The figures are those of the division per step, exactly, and the flow network's."""
+    """Plays of a single ring take each step's bytes / rate and its received bytes x gamma as
+    views of arrays divided once per offset of the rates' period, in a loop of nothing but the
+    recurrence (PlayPlan.ring_views): the multi_node machines' rates repeat every 4 ranks, the
+    switch's every rank. The figures are those of the step-by-step play, which divides per
+    step, exactly, and the flow network's."""
     monkeypatch.setattr(uncontended, "_DURATIONS_MAX_TRANSFERS", 0)
     workload = {"allreduce_bytes": 4 * 100_003}  # segments of unequal sizes
     options = {"gamma_s_per_byte": 3e-11}
-    used = []
-    views = uncontended.PlayPlan.successor_duration
+    found = []
+    views = uncontended.PlayPlan.ring_views
 
-    def counted(plan, k):
-        found = views(plan, k)
-        used.append(found is not None)
-        return found
+    def counted(plan, gamma):
+        made = views(plan, gamma)
+        found.append(made)
+        return made
 
-    reduced = []
-    scaled = uncontended.PlayPlan.successor_reduce
-
-    def counted_reduce(plan, k, gamma):
-        found = scaled(plan, k, gamma)
-        reduced.append(found is not None)
-        return found
-
-    monkeypatch.setattr(uncontended.PlayPlan, "successor_duration", counted)
-    monkeypatch.setattr(uncontended.PlayPlan, "successor_reduce", counted_reduce)
+    monkeypatch.setattr(uncontended.PlayPlan, "ring_views", counted)
     fast, plays = run(monkeypatch, topology, "ring", workload, plays=True, **options)
-    # 3 plays of 2 x 11 steps, 11 of them reducing
-    assert plays == 3 and all(used) and len(used) == 3 * 2 * 11
-    assert all(reduced) and len(reduced) == 3 * 11
+    assert plays == 3 and len(found) == 3 and all(v is not None for v in found)
+    # 2 x 11 steps, 11 of them reducing
+    assert len(found[0].durations) == 22 and sum(r is not None for r in found[0].reduces) == 11
+    monkeypatch.setattr(uncontended.PlayPlan, "ring_views", lambda plan, gamma: None)
     monkeypatch.setattr(uncontended.PlayPlan, "successor_duration", lambda plan, k: None)
     monkeypatch.setattr(uncontended.PlayPlan, "successor_reduce", lambda plan, k, gamma: None)
     divided, _ = run(monkeypatch, topology, "ring", workload, plays=True, **options)
@@ -314,6 +307,7 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
     for key in FIGURES:
         assert getattr(fast, key) == getattr(divided, key), key
     assert fast.breakdown.to_dict() == divided.breakdown.to_dict()
+    assert fast.bottleneck == divided.bottleneck
     assert_same(fast, flowed)
 
 

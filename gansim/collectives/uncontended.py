@@ -114,6 +114,8 @@ class PlayPlan:
     _base_durations: dict[tuple[int, int], list[np.ndarray | None] | None] = field(default_factory=dict, repr=False)
     # per (base, gamma): its bytes times gamma (see `successor_reduce`)
     _base_reduce: dict[tuple[int, float], np.ndarray] = field(default_factory=dict, repr=False)
+    # per gamma: `ring_views`' lists (None: the schedule is not such a ring)
+    _ring_views: dict[float, "RingViews | None"] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
@@ -213,6 +215,31 @@ class PlayPlan:
             scaled = self._base_reduce[key] = window_bytes * gamma
         return scaled[at - 1:at - 1 + self.shapes[self.step_shape[k]].src.size]
 
+    def ring_views(self, gamma: float) -> "RingViews | None":
+        """Where every step is one successor ring's and names its window of one base of
+        period n (a single ring's schedule): per step, its bytes, bytes / rate and received
+        bytes x gamma as views (those of `amount`, `successor_duration`, `successor_reduce`),
+        made once for every play of the plan; None for other schedules."""
+        if gamma in self._ring_views:
+            return self._ring_views[gamma]
+        found = None
+        steps = self.schedule.steps
+        if len(self.shapes) == 1 and self.shapes[0].successor and not self.shapes[0].merged and steps:
+            n = self.shapes[0].src.size
+            hi_base, lo_base = steps[0].hi.base, steps[0].lo.base
+            if (isinstance(hi_base, np.ndarray) and isinstance(lo_base, np.ndarray)
+                    and hi_base.shape == lo_base.shape and hi_base.size == 3 * n
+                    and all(s.window >= 1 and s.hi.base is hi_base and s.lo.base is lo_base for s in steps)):
+                for k, step in enumerate(steps):
+                    self._window_of(hi_base, lo_base, k, step.window, n)
+                durations = [self.successor_duration(k) for k in range(len(steps))]
+                reduces = [self.successor_reduce(k, gamma) if step.reduce and gamma > 0 else None
+                           for k, step in enumerate(steps)]
+                if all(d is not None for d in durations):
+                    found = RingViews([self.amount(k) for k in range(len(steps))], durations, reduces)
+        self._ring_views[gamma] = found
+        return found
+
     def _window_amount(self, step: Step, k: int) -> np.ndarray | None:
         """Bytes per transfer of `step` as a slice, where its bounds are equal windows of two
         base arrays (a ring's steps are windows of its bounds tiled three times): the base's
@@ -239,6 +266,15 @@ class PlayPlan:
             window_bytes = self._window_bytes[key] = (hi_base.ravel() - lo_base.ravel()) * self.bytes_per_element
         self._windows[k] = (window_bytes, at)
         return window_bytes[at:at + size]
+
+
+@dataclass
+class RingViews:
+    """Per step of a single ring's schedule (PlayPlan.ring_views): views, not copies."""
+
+    amounts: list[np.ndarray]
+    durations: list[np.ndarray]
+    reduces: list[np.ndarray | None]  # None: a step that reduces nothing (or gamma 0)
 
 
 @dataclass
@@ -289,7 +325,12 @@ class UncontendedPlay:
         last_end: list[np.ndarray | None] = [None] * len(shapes)
         recording = _Recorder(self.budget.left)
         gamma = self.gamma_s_per_byte
+        views = plan.ring_views(gamma)
+        rest = len(plan.schedule.steps)  # where the ring's own loop takes over (none: no such loop)
         for k, step in enumerate(plan.schedule.steps):
+            if views is not None and k > 0 and not recording.wanted:
+                rest = k
+                break
             index = step_shape[k]
             shape = shapes[index]
             if durations is not None:
@@ -341,6 +382,10 @@ class UncontendedPlay:
                 last_end[index] = finish.copy()
             if recording.wanted:
                 recording.add(k, shape, step, start, finish, t)
+        if rest < len(plan.schedule.steps):
+            finish = self._ring_loop(views, rest, t_ring, finish_ring, start_buffer,
+                                     carried[0] if fill else None, kept if fill else None)
+            last_end[0] = finish.copy()
         self.first_start, self.last_end = first_start, last_end
         if fill:
             plan.carried, plan.durations = carried, kept
@@ -349,6 +394,32 @@ class UncontendedPlay:
         self.exit_times = t[:p].copy()
         self.early_exit = bool((self.exit_times < now).any())
         return self.exit_times
+
+    def _ring_loop(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
+                   start: np.ndarray, carried: np.ndarray | None, kept: list[np.ndarray] | None) -> np.ndarray:
+        """Steps `first`... of a single ring (`solve`'s successor case, whose figures it gives
+        to the last digit), with nothing per step but the recurrence's array operations."""
+        n_part = t_ring.size - 1
+        t, finish = t_ring[:n_part], finish_ring[1:]
+        before, after = t_ring[1:], finish_ring[:n_part]
+        latency = self.plan.shapes[0].latency
+        amounts, durations, reduces = views.amounts, views.durations, views.reduces
+        maximum, add = np.maximum, np.add
+        for k in range(first, len(durations)):
+            t_ring[n_part] = t_ring[0]
+            maximum(t, before, out=start)
+            add(start, latency, out=finish)
+            finish += durations[k]
+            finish_ring[0] = finish_ring[n_part]
+            maximum(finish, after, out=t)
+            received = reduces[k]
+            if received is not None:
+                t += received
+            if carried is not None:
+                carried += amounts[k]
+                if kept is not None:
+                    kept.append(durations[k])
+        return finish
 
     # -- what the run's figures and checks need
     def carried(self) -> tuple[np.ndarray, np.ndarray]:
