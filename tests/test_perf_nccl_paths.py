@@ -3,6 +3,7 @@ small sizes: the same figures, not only close ones (gansim issue 23)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from types import SimpleNamespace
 
@@ -276,20 +277,34 @@ def test_hosts_copied_from_the_first_machine_are_the_searched_ones(params):
     assert list(multi_node(**params).host_of.items()) == list(searched(params).host_of.items())
 
 
-def test_topology_digest_is_the_json_of_every_node_and_link():
-    import hashlib
-
+def test_topology_digest_follows_every_node_link_and_figure():
+    """The resumable state's key for a machine: the same for the same machine built twice,
+    another for any change to a node's field, a link, a capacity, a latency or the name."""
     from gansim.runner.partial import topology_digest
 
-    for topo in (load_topology("multi-node"), load_topology("paper-gtx1080ti-pcie"), multi_node(nodes=2, intra="dgx1")):
-        h = hashlib.sha256()
-        h.update(json.dumps({
-            "name": topo.name, "nccl_version": topo.nccl_version,
-            "nodes": [node.model_dump(mode="json") for node in topo.nodes.values()],
-            "links": [list(link) for link in topo.links], "ranks": topo.ranks}, sort_keys=True, default=str).encode())
-        h.update(topo.capacity_Bps.tobytes())
-        h.update(topo.latency_s.tobytes())
-        assert topology_digest(topo) == h.hexdigest()
+    data = {"name": "box",
+            "nodes": [{"id": "cpu0", "kind": "host", "cores": 16}, {"id": "sw", "kind": "switch"}]
+            + [{"id": f"g{i}", "kind": "gpu", "tflops": 10.0} for i in range(4)],
+            "links": [{"a": f"g{i}", "b": "sw", "kind": "pcie", "bandwidth_GBps": 15.75, "latency_us": 1.0}
+                      for i in range(4)] + [{"a": "sw", "b": "cpu0", "kind": "pcie", "bandwidth_GBps": 15.75, "latency_us": 1.0}]}
+    edits = [
+        lambda d: d["nodes"][2].update(tflops=20.0),
+        lambda d: d["nodes"][0].update(cores=8),
+        lambda d: d["links"][0].update(bandwidth_GBps=31.5),
+        lambda d: d["links"][1].update(latency_us=2.0),
+        lambda d: d["links"][2].update(kind="nvlink"),
+        lambda d: d["links"].append({"a": "g0", "b": "g1", "kind": "nvlink", "bandwidth_GBps": 25.0, "latency_us": 1.0}),
+        lambda d: d.update(name="box2"),
+    ]
+    seen = {topology_digest(topology_from_dict(copy.deepcopy(data), "test"))}
+    assert topology_digest(topology_from_dict(copy.deepcopy(data), "test")) in seen
+    for edit in edits:
+        edited = copy.deepcopy(data)
+        edit(edited)
+        seen.add(topology_digest(topology_from_dict(edited, "test")))
+    assert len(seen) == 1 + len(edits)
+    assert topology_digest(multi_node(nodes=2, intra="dgx1")) == topology_digest(multi_node(nodes=2, intra="dgx1"))
+    assert topology_digest(multi_node(nodes=2, intra="dgx1")) != topology_digest(multi_node(nodes=3, intra="dgx1"))
 
 
 def test_flows_on_the_same_routes_share_their_pairs_and_alone_rates():

@@ -129,13 +129,12 @@ def topology_digest(topology: Topology) -> str:
     """The machine as simulated: its devices, links, bandwidths and latencies (a machine
     made in memory, such as a calibration profile's, has no file to hash)."""
     h = hashlib.sha256()
-    h.update(json.dumps({
-        "name": topology.name,
-        "nccl_version": topology.nccl_version,
-        "nodes": _NODE_LIST.dump_python(list(topology.nodes.values()), mode="json"),
-        "links": topology.links,  # tuples, which json writes as the lists they are
-        "ranks": topology.ranks,
-    }, sort_keys=True, default=str).encode())
+    h.update(json.dumps({"name": topology.name, "nccl_version": topology.nccl_version, "ranks": topology.ranks},
+                        sort_keys=True).encode())
+    # the nodes by pydantic's own JSON writer, fields in the model's order (a large machine's
+    # tens of thousands of nodes at a quarter of the cost of json's sorted dump)
+    h.update(_NODE_LIST.dump_json(list(topology.nodes.values())))
+    h.update(json.dumps(topology.links, default=str).encode())  # tuples, written as the lists they are
     h.update(topology.capacity_Bps.tobytes())
     h.update(topology.latency_s.tobytes())
     return h.hexdigest()
