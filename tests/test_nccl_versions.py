@@ -12,6 +12,7 @@ from gansim.collectives.nccl_tuning import PROTOCOLS, choose, tune
 from gansim.collectives.nccl_versions import ERAS, NEWEST, era_for
 from gansim.core.config import TrainingOptions
 from gansim.core.errors import UserInputError
+from gansim.prediction.nccl_tests_table import nccl_tests_table
 from gansim.runner.collective import collective_times
 from gansim.topology.graph import load_topology, topology_from_dict
 
@@ -179,7 +180,8 @@ def test_nccl_2_4_chooses_by_its_thresholds_and_never_ll128():
     the tree. enqueue.cc getKernelInfo: LL up to nChannels x nThreads x nRanks (chunks per
     loop of a ring) x threadThreshold, with nThreads grown from 64 by doubling (to 256) while
     a thread has more than 8 bytes a chunk, nChannels up to DIVUP(bytes, nThreads x nRanks x
-    8), threadThreshold 64 x 2 on Volta (ncclThreadThreshold doubles it for any node count)."""
+    8), threadThreshold 64 x 2 on Volta (ncclThreadThreshold doubles it for communicators made
+    one per process, as these MPI ranks' were: ncclCommInitRank counts their nodes)."""
     from gansim.collectives.nccl_tuning import tree_threshold_2_4
     from gansim.prediction.published import load_published
 
@@ -195,6 +197,35 @@ def test_nccl_2_4_chooses_by_its_thresholds_and_never_ll128():
     assert [c.protocol for c in ring] == ["LL", "Simple"]
     assert ring[1].channels == channels
     assert all(choose(tuning, c, n).protocol != "LL128" for c in ("all_reduce", "all_gather") for n in sizes)
+
+
+def test_nccl_2_4_leaves_ll_sooner_when_one_process_made_every_communicator():
+    """init.cc v2.4.8-1: ncclCommInitRank passes ncclThreadThreshold the nodes its rings count
+    ("nnodes += treeIn[r]", one even on one machine), which doubles the 64 bytes of Volta;
+    ncclCommInitAll (one process for all its GPUs: nccl-tests without MPI) passes 0. So on
+    one 8-GPU V100 machine the ring's LL limit, nChannels x 256 threads x 8 chunks x
+    threadThreshold, halves: its sizes between the two limits go to Simple."""
+    dgx1 = topology_from_dict({"name": "v100-box", "generator": "dgx1"}, "test")
+    machine = NcclMachine.build(dgx1, 8, **era_for("2.4.8").search_rules())
+    one_each = tune(machine, era_for("2.4.8"))
+    one_for_all = tune(machine, era_for("2.4.8"), single_process=True)
+    # at these sizes every thread has more than 8 bytes a chunk (nThreads 256 from 8 KiB) and
+    # DIVUP(bytes, 256 x 8 x 8) reaches the machine's rings, so nChannels is all of them
+    limit_all = machine.comm_channels * 256 * 8 * 64
+    for nbytes, each, alone in ((limit_all, "LL", "LL"), (limit_all + 4096, "LL", "Simple"),
+                                (2 * limit_all, "LL", "Simple"), (2 * limit_all + 4096, "Simple", "Simple")):
+        assert choose(one_each, "all_reduce", nbytes).protocol == each, nbytes
+        assert choose(one_for_all, "all_reduce", nbytes).protocol == alone, nbytes
+    # nccl-tests run by one thread on every GPU is that one process
+    for per_thread, protocol in ((8, "Simple"), (4, "LL")):
+        rows = nccl_tests_table(dgx1, 8, "all_reduce", [limit_all + 4096], gpus_per_thread=per_thread,
+                                options=TrainingOptions(nccl_version="2.4.8"))
+        assert rows[0].protocol == protocol, per_thread
+    # later releases choose by tuning.cc's model, whoever made the communicators
+    for version in ("2.5.7", "2.12.12", "2.30.7"):
+        for nbytes in (limit_all + 4096, 2 * limit_all):
+            assert (choose(tune(machine, era_for(version)), "all_reduce", nbytes)
+                    == choose(tune(machine, era_for(version), single_process=True), "all_reduce", nbytes))
 
 
 def test_nccl_2_4_keeps_short_all_reduces_on_the_ring_across_four_nodes():

@@ -32,7 +32,8 @@ def register(sub: Any) -> None:
                         "else the newest followed)")
     p.add_argument("--gpus-per-thread", type=positive_int("--gpus-per-thread"), default=1, metavar="G",
                    help="GPUs each thread drives, nccl-tests' own -g (here -g counts ranks): one thread "
-                        "launches on each of its GPUs, so an operation takes at least G launches (default 1)")
+                        "launches on each of its GPUs, so an operation takes at least G launches; G = N is "
+                        "one process for all, whose communicators NCCL makes with ncclCommInitAll (default 1)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
     p.add_argument("--explain", action="store_true",
                    help="under each row, what bounds it: NCCL's choice and runner-up, channels, latency share, "

@@ -57,6 +57,7 @@ class Communicator:
     nccl_algo: str | None = None
     nccl_proto: str | None = None
     nccl_version: str | None = None
+    nccl_single_process: bool = False  # TrainingOptions.nccl_single_process
     # all-reduces of at least this many transfers that nothing contends with are played
     # by gansim/collectives/uncontended.py (None: never), keeping the run's first
     # `keep_transfers` transfers, in all, for its details
@@ -80,7 +81,7 @@ class Communicator:
     def nccl(self) -> nccl.NcclState:
         """NCCL's view of this run's machine and its tuning (built on first use)."""
         if self._nccl is None:
-            self._nccl = nccl.nccl_state(self.cluster, self.nccl_version)
+            self._nccl = nccl.nccl_state(self.cluster, self.nccl_version, self.nccl_single_process)
         return self._nccl
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:

@@ -74,12 +74,13 @@ class NcclState:
     routes: dict[int, tuple[Cluster, np.ndarray]] = field(default_factory=dict)
 
 
-def nccl_state(cluster: Cluster, nccl_version: str | None = None) -> NcclState:
+def nccl_state(cluster: Cluster, nccl_version: str | None = None, single_process: bool = False) -> NcclState:
     """NCCL's view of the run's machine, tuned as release `nccl_version` tunes it (None: the
-    topology's own `nccl_version`, else the newest release the model follows)."""
+    topology's own `nccl_version`, else the newest release the model follows), its
+    communicators made by one process for all the GPUs with `single_process`."""
     era = era_for(nccl_version or cluster.topology.nccl_version)
     machine = NcclMachine.build(cluster.topology, cluster.ranks, **era.search_rules())
-    return NcclState(machine, tune(machine, era))
+    return NcclState(machine, tune(machine, era, single_process))
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,9 @@ class Tuning:
     per_channel_max_tree_bw: float
     per_channel_max_tree_ll128_bw: float
     graphs: dict[str, Graph | None]
+    # the communicators were made by one process for all its GPUs (ncclCommInitAll), not one
+    # each (ncclCommInitRank): NCCL 2.4's thread threshold follows it (_choose_by_thresholds)
+    single_process: bool = False
 
     def entry(self, coll: str, algo: str, proto: str) -> Entry:
         return self.table.get((coll, algo, proto), Entry(0.0, 0.0, 0.0))
@@ -82,7 +85,7 @@ def _graph_for(machine: NcclMachine, algo: str) -> Graph | None:
     return machine.nvls
 
 
-def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
+def tune(machine: NcclMachine, era: NcclEra = NEWEST, single_process: bool = False) -> Tuning:
     """tuning.cc ncclTopoTuneModel as the release of `era` has it, with its enable rules
     (LL128 where NCCL enables it by default; NVLS-Tree only across nodes; NVLS alone only
     inside one node without CollNet; PAT for all-gather and reduce-scatter at one GPU per
@@ -167,7 +170,7 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST) -> Tuning:
                     bus = 0.0
                 # the latency is linear in the hop: one more us a hop adds the hops' count
                 table[(coll, algo, proto)] = Entry(latency, bus, played, played_lat, round(one_more - played, 6))
-    return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs)
+    return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs, single_process)
 
 
 def rated_bw(graph: Graph, nodes: int) -> float:
@@ -449,16 +452,20 @@ def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | 
     getKernelInfo picks LL up to a threshold of nChannels x nThreads x chunks per loop x
     threadThreshold bytes (x4 on the tree), its channels and threads growing with the size,
     else Simple on every channel (`proto` forces either; 2.4 had no LL128). threadThreshold is
-    64 bytes from Volta, doubled by ncclThreadThreshold whenever ncclCommInitRank counts a
-    node, which it always does. The time is the 2.5 tuning model's for that choice: 2.4 had
-    no figures of its own."""
+    64 bytes from Volta (32 before), doubled by ncclThreadThreshold(minCompCap, multiNode) when
+    its communicators were made one per process: ncclCommInitRank passes it the nodes its
+    rings counted (init.cc initTransportsRank, "nnodes += treeIn[r]", which counts one node
+    even on one machine: misc/rings.cc marks each node's master), while ncclCommInitAll, one
+    process for all its GPUs (nccl-tests without MPI), passes 0 (init.cc ncclCommInitAll). The
+    time is the 2.5 tuning model's for that choice: 2.4 had no figures of its own."""
     machine = tuning.machine
     tree = coll == "all_reduce" and (algo == "tree" if algo is not None else nbytes <= tree_threshold_2_4(machine))
     # without a tree (one machine), the ring, as NCCL falls back to it
     tree = tree and tuning.entry(coll, "tree", SIMPLE).bandwidth_GBps > 0
     a = "tree" if tree else "ring"
     chunks = 1 if tree or coll == "broadcast" else machine.ranks  # nchunksPerLoop
-    thread_threshold = (THREAD_THRESHOLD_2_4 if machine.capability >= 70 else THREAD_THRESHOLD_2_4 // 2) * 2
+    thread_threshold = (THREAD_THRESHOLD_2_4 if machine.capability >= 70 else THREAD_THRESHOLD_2_4 // 2) * (
+        1 if tuning.single_process else 2)
     per_thread_ll = min(thread_threshold, LL_CHANNEL_THRESHOLD_2_4)
     nt = LL_MIN_THREADS_2_4
     while -(-int(nbytes) // (nt * chunks)) > per_thread_ll and nt * 2 <= MAX_THREADS_2_4:

@@ -432,6 +432,10 @@ class TrainingOptions(Strict):
     # the NCCL release whose tuning model (choices, latencies, caps) the `nccl` algorithm
     # follows; default: the topology's nccl_version, else the newest the model follows
     nccl_version: NcclVersion | None = None
+    # one process made the communicators of all its GPUs (ncclCommInitAll: torch.nn.DataParallel,
+    # nccl-tests without MPI) rather than one each (ncclCommInitRank: DDP, MPI); only NCCL
+    # 2.4's switch from LL to Simple depends on it
+    nccl_single_process: bool = False
 
     @model_validator(mode="after")
     def _one_sync(self) -> "TrainingOptions":

@@ -88,10 +88,14 @@ def nccl_tests_table(topology: Topology, gpus: int, op: str, sizes: list[int], a
                      explain: bool = False, gpus_per_thread: int = 1) -> list[NcclTestsRow]:
     """Predict nccl-tests' rows for `op` on the first `gpus` ranks of `topology` (`explain`,
     for the nccl algorithm: each with what bounds it), each thread driving `gpus_per_thread`
-    of them (nccl-tests' -g): an operation takes at least that many launches."""
+    of them (nccl-tests' -g): an operation takes at least that many launches. One thread
+    driving every GPU is one process, whose communicators nccl-tests makes with
+    ncclCommInitAll (common.cu: "if (nProcs == 1)"; TrainingOptions.nccl_single_process)."""
     if op not in OPS:
         raise UserInputError(f"unknown collective {op!r}; allowed: {', '.join(OPS)}", field="--op")
     floor_us = launch_floor_us(gpus, gpus_per_thread)
+    if gpus_per_thread == gpus > 1:
+        options = (options or TrainingOptions()).model_copy(update={"nccl_single_process": True})
     moved = [operation_bytes(op, size, gpus) for size in sizes]
     times = collective_times(topology, gpus, op, [nbytes for nbytes, _ in moved], algorithm, "flow", options,
                              source=source, explain=explain)

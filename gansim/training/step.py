@@ -417,6 +417,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                         gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
                         nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto,
                         nccl_version=point.options.nccl_version,
+                        nccl_single_process=point.options.nccl_single_process,
                         uncontended_min_transfers=uncontended_min_transfers, keep_transfers=keep_transfers)
     builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
