@@ -40,3 +40,15 @@ def test_numpy_imported_after_the_command_starts_asks_for_huge_pages_as_the_kern
         env["NUMPY_MADVISE_HUGEPAGE"] = user
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == str(asks)
+
+
+@pytest.mark.parametrize("start, after", [((700, 10, 10), (10_000, 10, 10)), ((50_000, 5, 5), (50_000, 5, 5)),
+                                          ((0, 10, 10), (0, 10, 10))])
+def test_the_command_collects_its_youngest_objects_less_often_and_never_turns_collection_on_or_lower(start, after):
+    """A fresh interpreter with the threshold `start` (0: collection off), then the command's
+    main, which runs a command that does no simulation: the threshold it leaves."""
+    code = (f"import gc; gc.set_threshold(*{start!r}); from gansim.cli.main import main; "
+            "import contextlib, io\ntry:\n with contextlib.redirect_stdout(io.StringIO()): main(['--version'])\n"
+            "except SystemExit:\n pass\nprint(gc.get_threshold())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == str(after), done.stderr

@@ -15,7 +15,7 @@ import sys
 from gansim.cli.args import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineParser
 from gansim.core.errors import OutputError, UserInputError
 from gansim.core.version import __version__
-from gansim.runner.allocator import tune_allocator
+from gansim.runner.allocator import tune_allocator, tune_collector
 
 # module of gansim.cli -> the commands it registers
 COMMANDS = {
@@ -46,6 +46,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tune_allocator()  # a command's large arrays reuse freed memory (gansim/runner/allocator.py)
+    tune_collector()  # and its long-lived objects are not scanned again every 700 allocations
     parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
