@@ -300,8 +300,6 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
     # 2 x 11 steps, 11 of them reducing
     assert len(found[0].durations) == 22 and sum(r is not None for r in found[0].reduces) == 11
     monkeypatch.setattr(uncontended.PlayPlan, "ring_views", lambda plan, gamma: None)
-    monkeypatch.setattr(uncontended.PlayPlan, "successor_duration", lambda plan, k: None)
-    monkeypatch.setattr(uncontended.PlayPlan, "successor_reduce", lambda plan, k, gamma: None)
     divided, _ = run(monkeypatch, topology, "ring", workload, plays=True, **options)
     flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, **options)
     for key in FIGURES:
@@ -314,8 +312,8 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
 def test_rates_without_a_short_period_are_divided_step_by_step():
     rates = np.tile([1.0, 2.0], 50)
     rates[-1] = 3.0  # 100 slots: no period up to 64 slots divides them
-    assert uncontended._per_offset(rates, 300) is None
-    assert len(uncontended._per_offset(rates[-60:], 180)) == 60  # a ring of 60: its own length
-    assert uncontended._per_offset(np.tile([1.0, 2.0], 50), 300) == [None, None]
-    assert len(uncontended._per_offset(np.tile([1.0, 2.0, 4.0], 4), 36)) == 3
-    assert len(uncontended._per_offset(np.full(8, 5.0), 24)) == 1
+    assert uncontended._rate_period(rates, 300) is None
+    assert uncontended._rate_period(rates[-60:], 180) == 60  # a ring of 60: its own length
+    assert uncontended._rate_period(np.tile([1.0, 2.0], 50), 300) == 2
+    assert uncontended._rate_period(np.tile([1.0, 2.0, 4.0], 4), 36) == 3
+    assert uncontended._rate_period(np.full(8, 5.0), 24) == 1

@@ -109,11 +109,6 @@ class PlayPlan:
     _window_bytes: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     # per step whose bounds are such windows: (the base's bytes, where the step's window starts)
     _windows: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
-    # per (base, successor shape): its bytes over the shape's rates, one array per offset of
-    # the rates' period (see `successor_duration`); None where the rates have no short period
-    _base_durations: dict[tuple[int, int], list[np.ndarray | None] | None] = field(default_factory=dict, repr=False)
-    # per (base, gamma): its bytes times gamma (see `successor_reduce`)
-    _base_reduce: dict[tuple[int, float], np.ndarray] = field(default_factory=dict, repr=False)
     # per gamma: `ring_views`' lists (None: the schedule is not such a ring)
     _ring_views: dict[float, "RingViews | None"] = field(default_factory=dict, repr=False)
 
@@ -161,82 +156,41 @@ class PlayPlan:
             amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
         return amount
 
-    def _successor_window(self, k: int) -> tuple[np.ndarray, int] | None:
-        """Step k's window (base bytes, start) where step k is a successor ring's over one base
-        of period n (a single ring's bounds tiled three times), slot i being transfer i."""
-        window = self._windows.get(k)
-        shape = self.shapes[self.step_shape[k]]
-        if window is None or not shape.successor or shape.merged:
-            return None
-        window_bytes, at = window
-        n = shape.src.size
-        if window_bytes.size != 3 * n or at < 1:
-            return None
-        return window
-
-    def successor_duration(self, k: int) -> np.ndarray | None:
-        """Step k's bytes / rate per slot as a view, without a division per step: where a
-        successor ring's rates repeat every P slots (P | n: machines that copy one another) and
-        its bytes are windows of a base of period n, slot i's rate at window start `at` is the
-        base's element at + i over rate[(at + i - r) mod P] with r = at mod P, so the base
-        divided once per r holds every step's durations; the same divisions, so the same
-        figures to the last digit."""
-        window = self._successor_window(k)
-        if window is None:
-            return None
-        window_bytes, at = window
-        index = self.step_shape[k]
-        key = (id(window_bytes), index)
-        if key not in self._base_durations:
-            self._base_durations[key] = _per_offset(self.shapes[index].rate, window_bytes.size)
-        per_offset = self._base_durations[key]
-        if per_offset is None:
-            return None
-        offset = at % len(per_offset)
-        divided = per_offset[offset]
-        if divided is None:
-            rate = self.shapes[index].rate
-            period = len(per_offset)
-            divided = per_offset[offset] = window_bytes / rate[(np.arange(window_bytes.size) - offset) % period]
-        return divided[at:at + self.shapes[index].src.size]
-
-    def successor_reduce(self, k: int, gamma: float) -> np.ndarray | None:
-        """Per participant of a successor ring's step k: the bytes it receives times gamma, as
-        a view (participant i receives slot i - 1's bytes: the base's element at + i - 1, which
-        for i = 0 is at + n - 1's, the same by the base's period). The products bincount and
-        `* gamma` would give, so the same figures to the last digit."""
-        window = self._successor_window(k)
-        if window is None:
-            return None
-        window_bytes, at = window
-        key = (id(window_bytes), gamma)
-        scaled = self._base_reduce.get(key)
-        if scaled is None:
-            scaled = self._base_reduce[key] = window_bytes * gamma
-        return scaled[at - 1:at - 1 + self.shapes[self.step_shape[k]].src.size]
-
     def ring_views(self, gamma: float) -> "RingViews | None":
         """Where every step is one successor ring's and names its window of one base of
-        period n (a single ring's schedule): per step, its bytes, bytes / rate and received
-        bytes x gamma as views (those of `amount`, `successor_duration`, `successor_reduce`),
-        made once for every play of the plan; None for other schedules."""
+        period n (a single ring's bounds tiled three times), per step as views, made once for
+        every play of the plan: its bytes (`amount`'s); its bytes / rate, where the rates
+        repeat every P slots (P | n: machines that copy one another), slot i's rate at window
+        start `at` being rate[(at + i - r) mod P] with r = at mod P, so the base divided once
+        per r holds every step's; and, where it reduces, the bytes each participant receives
+        times gamma (participant i gets slot i - 1's: the base's element at + i - 1, for i = 0
+        at + n - 1's, the same by the period). The same divisions and products as a step's
+        own `amount / rate` and bincount x gamma, so the same figures to the last digit. None
+        for other schedules and for rates without such a period."""
         if gamma in self._ring_views:
             return self._ring_views[gamma]
         found = None
         steps = self.schedule.steps
-        if len(self.shapes) == 1 and self.shapes[0].successor and not self.shapes[0].merged and steps:
-            n = self.shapes[0].src.size
+        shape = self.shapes[0] if len(self.shapes) == 1 else None
+        if shape is not None and shape.successor and not shape.merged and steps:
+            n = shape.src.size
             hi_base, lo_base = steps[0].hi.base, steps[0].lo.base
             if (isinstance(hi_base, np.ndarray) and isinstance(lo_base, np.ndarray)
                     and hi_base.shape == lo_base.shape and hi_base.size == 3 * n
                     and all(s.window >= 1 and s.hi.base is hi_base and s.lo.base is lo_base for s in steps)):
-                for k, step in enumerate(steps):
-                    self._window_of(hi_base, lo_base, k, step.window, n)
-                durations = [self.successor_duration(k) for k in range(len(steps))]
-                reduces = [self.successor_reduce(k, gamma) if step.reduce and gamma > 0 else None
-                           for k, step in enumerate(steps)]
-                if all(d is not None for d in durations):
-                    found = RingViews([self.amount(k) for k in range(len(steps))], durations, reduces)
+                amounts = [self._window_of(hi_base, lo_base, k, step.window, n) for k, step in enumerate(steps)]
+                window_bytes = self._windows[0][0]
+                period = _rate_period(shape.rate, window_bytes.size)
+                if period is not None:
+                    divided: dict[int, np.ndarray] = {}
+                    for offset in {step.window % period for step in steps}:
+                        divided[offset] = window_bytes / shape.rate[(np.arange(window_bytes.size) - offset) % period]
+                    scaled = window_bytes * gamma if gamma > 0 else None
+                    found = RingViews(
+                        amounts,
+                        [divided[step.window % period][step.window:step.window + n] for step in steps],
+                        [scaled[step.window - 1:step.window - 1 + n] if step.reduce and scaled is not None else None
+                         for step in steps])
         self._ring_views[gamma] = found
         return found
 
@@ -337,9 +291,7 @@ class UncontendedPlay:
                 duration = durations[k]
             else:
                 amount = plan.amount(k)
-                duration = plan.successor_duration(k)
-                if duration is None:
-                    duration = amount / shape.rate
+                duration = views.durations[k] if views is not None else amount / shape.rate
                 if fill:
                     carried[index] += amount
                     if kept is not None:
@@ -367,9 +319,8 @@ class UncontendedPlay:
                     np.maximum.at(done, shape.src, finish)
                     np.maximum.at(done, shape.dst, finish)
             if step.reduce and gamma > 0:
-                received = plan.successor_reduce(k, gamma) if done is t else None
-                if received is not None:
-                    t += received
+                if views is not None:  # a single ring, whose step ended in t itself
+                    t += views.reduces[k]
                 else:
                     done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
             if shape.send_slot is None:
@@ -477,14 +428,14 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
                   ring, successor)
 
 
-def _per_offset(rate: np.ndarray, base_size: int) -> list[np.ndarray | None] | None:
-    """One empty place per offset of the shortest period P (dividing rate.size, at most
-    _RATE_PERIOD_MAX) with which `rate` repeats, or None where it has none."""
+def _rate_period(rate: np.ndarray, base_size: int) -> int | None:
+    """The shortest period P (dividing rate.size, at most _RATE_PERIOD_MAX) with which `rate`
+    repeats, where P arrays of `base_size` stay within _BASE_DURATIONS_MAX_ELEMENTS; else None."""
     n = rate.size
     for period in range(1, min(n, _RATE_PERIOD_MAX) + 1):
         if n % period == 0 and period * base_size <= _BASE_DURATIONS_MAX_ELEMENTS:
             if np.array_equal(rate.reshape(n // period, period), np.broadcast_to(rate[:period], (n // period, period))):
-                return [None] * period
+                return period
     return None
 
 

@@ -19,14 +19,12 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     vertex numbers): where their range is not much wider than their count, counted rather than
     sorted, which is O(n) instead of O(n log n); the same two arrays either way."""
     values = np.asarray(values)
-    if values.size == 0 or values.dtype.kind not in "iu":
-        used, inverse = np.unique(values, return_inverse=True)
-        return used, inverse.ravel()
-    low, top = int(values.min()), int(values.max()) + 1
-    if low < 0 or top > 8 * values.size + 4096:
-        used, inverse = np.unique(values, return_inverse=True)
-        return used, inverse.ravel()
-    used = np.flatnonzero(np.bincount(values.ravel(), minlength=top))
-    place = np.empty(top, dtype=np.int64)
-    place[used] = np.arange(used.size)
-    return used.astype(values.dtype, copy=False), place[values.ravel()]
+    if values.size and values.dtype.kind in "iu":
+        low, top = int(values.min()), int(values.max()) + 1
+        if low >= 0 and top <= 8 * values.size + 4096:
+            used = np.flatnonzero(np.bincount(values.ravel(), minlength=top))
+            place = np.empty(top, dtype=np.int64)
+            place[used] = np.arange(used.size)
+            return used.astype(values.dtype, copy=False), place[values.ravel()]
+    used, inverse = np.unique(values, return_inverse=True)
+    return used, inverse.ravel()
