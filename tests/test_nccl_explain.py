@@ -13,7 +13,8 @@ from gansim.collectives.nccl_tuning import ALGORITHMS, PROTOCOLS, algo_time_us
 from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
-FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "channels", "comm_channels",
+FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "staged_in_host", "channels",
+          "comm_channels",
           "nvls_heads", "network_hops", "network_hop_us", "plugin_latency_us", "threads", "latency_us",
           "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
 
@@ -47,6 +48,9 @@ def test_pcie_box_is_bound_by_pcie_or_host_memory(capsys):
             assert bound["kind"] == link_kind(topology, bound["name"]) == "pcie"
             assert bound["line_rate_GBps"] == pytest.approx(link_rate_GBps(topology, bound["name"]))
             assert "SHM" in bound["resource"]  # NCCL's SHM transport: part of the PCI bandwidth
+        # a row bound by staging in host memory says the host's CPU decides its rate
+        assert row["explain"]["staged_in_host"] is True
+        assert "SHM through the CPU: the host decides its rate" in row["explain"]["sentence"]
         # a ring's bus bandwidth is what the bound link carries of data, for the bandwidth part of the time
         if row["algorithm"] == "ring":
             expected = bound["line_rate_GBps"] * bound["efficiency"] * row["explain"]["bandwidth_share"]
@@ -61,6 +65,7 @@ def test_dgx_a100_is_bound_by_nvlink(capsys):
         bound = row["explain"]["bound_by"]
         assert bound["name"] in nvlinks and bound["kind"] == "nvlink"
         assert bound["resource"] == f"NVLink {bound['name']}"
+        assert row["explain"]["staged_in_host"] is False and "SHM" not in row["explain"]["sentence"]
         assert bound["line_rate_GBps"] == pytest.approx(link_rate_GBps(topology, bound["name"]))
         assert bound["efficiency"] == pytest.approx(bound["link_efficiency"] / bound["wire_bytes_per_data_byte"])
         assert row["algorithm"] == "ring"

@@ -58,6 +58,15 @@ class Contender:
     model_time_us: float
 
 
+# What a row bound by SHM staging rests on. NCCL's maintainers: "Some components (in particular
+# some CPUs) do not handle bidirectional traffic well" (NVIDIA/nccl#384, a 2-GPU PCIe 3.0 box:
+# all-reduce 3.9 GB/s, broadcast 10.31); "Performance tends to degrade significantly when we have
+# traffic going from/to all GPUs and interleaving in the CPU" (NVIDIA/nccl#1285). The published
+# 4-GPU boxes without peer-to-peer measure 2.6 to 27 GB/s busbw (docs/nccl-model.md).
+SHM_CAVEAT = ("SHM through the CPU: the host decides its rate (NVIDIA/nccl#384, #1285), which gansim takes "
+              "from the PCIe links and host memory only; measure the host if the busbw is lower")
+
+
 @dataclass(frozen=True)
 class Bound:
     """The resource that bounds the bandwidth part of the time."""
@@ -107,6 +116,12 @@ class Explanation:
         return min(1.0, self.latency_us / self.time_us) if self.time_us > 0 else 1.0
 
     @property
+    def staged_in_host(self) -> bool:
+        """Whether the bound is an SHM hop staged in host memory, whose rate is the host's."""
+        b = self.bound_by
+        return b is not None and (b.kind == "memory" or b.resource.endswith("(SHM staging)"))
+
+    @property
     def bandwidth_share(self) -> float:
         return 1.0 - self.latency_share
 
@@ -147,6 +162,8 @@ class Explanation:
             parts.append(f"NCCL_PROTO={self.plugin_protocol} set by the net plugin")
         if self.chosen_by == "thresholds":
             parts.append("chosen by NCCL 2.4's size thresholds, timed by the 2.5 model's figures")
+        if self.staged_in_host:
+            parts.append(SHM_CAVEAT)
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -161,6 +178,7 @@ class Explanation:
             "runner_up_loss": self.runner_up_loss,
             "chosen_by": self.chosen_by,
             "plugin_protocol": self.plugin_protocol,
+            "staged_in_host": self.staged_in_host,
             "channels": self.channels,
             "comm_channels": self.comm_channels,
             "nvls_heads": self.nvls_heads,
