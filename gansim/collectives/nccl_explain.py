@@ -78,6 +78,7 @@ class Bound:
     link_efficiency: float  # NCCL's bandwidth over the line rate (x SHM share, x NVLS efficiency)
     wire_bytes_per_data_byte: float  # the protocol's overhead on it (host memory: x2, written and read)
     efficiency: float  # link_efficiency / wire_bytes_per_data_byte: the share of the line rate that is data
+    staged_in_host: bool = False  # an SHM hop staged in host memory (or that memory): the host's CPU sets its rate
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,7 @@ class Explanation:
     @property
     def staged_in_host(self) -> bool:
         """Whether the bound is an SHM hop staged in host memory, whose rate is the host's."""
-        b = self.bound_by
-        return b is not None and (b.kind == "memory" or b.resource.endswith("(SHM staging)"))
+        return self.bound_by is not None and self.bound_by.staged_in_host
 
     @property
     def bandwidth_share(self) -> float:
@@ -302,7 +302,7 @@ def describe(cluster: Cluster, state: NcclState, chosen: Plan, index: int) -> Bo
     if res.kind == "memory":
         host = res.name.rsplit(":", 1)[0]
         return Bound(f"host memory of {host} (SHM staging)", res.name, res.kind, capacity / 1e9, 1.0, 2.0 * wire,
-                     1.0 / (2.0 * wire))
+                     1.0 / (2.0 * wire), staged_in_host=True)
     efficiency = link_efficiency(res.kind, machine.capability)
     if algo in ("nvls", "nvls_tree") and res.kind == "nvlink":
         efficiency *= nvls_efficiency(state)
@@ -314,7 +314,7 @@ def describe(cluster: Cluster, state: NcclState, chosen: Plan, index: int) -> Bo
     label = f"{LINK_LABELS.get(res.kind, res.kind + ' link')} {res.name.replace('->', ' -> ') if res.kind == 'net' else res.name}"
     if staged:
         label += " (SHM staging)"
-    return Bound(label, res.name, res.kind, capacity / 1e9, efficiency, wire, efficiency / wire)
+    return Bound(label, res.name, res.kind, capacity / 1e9, efficiency, wire, efficiency / wire, staged_in_host=staged)
 
 
 def _kernel_cap(chosen: Plan, state: NcclState) -> str:
