@@ -20,6 +20,7 @@ from gansim.collectives import chunked_ring
 from gansim.collectives.chunked_ring import ChunkedRingPlay, chunked_ring_plan
 from gansim.collectives.schedules import Schedule, broadcast, build_schedule
 from gansim.collectives.uncontended import PlayPlan, TransferBudget, UncontendedPlay
+from gansim.core.config import TrainingOptions
 from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
@@ -70,6 +71,15 @@ class Communicator:
     # plan, or None where it is contended
     _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
     _nccl: nccl.NcclState | None = field(default=None, repr=False)
+
+    @classmethod
+    def for_options(cls, cluster: Cluster, graph: TaskGraph, algorithm: str, cost_model: str,
+                    options: TrainingOptions, **rest) -> "Communicator":
+        """A run's communicator: its options' chunks and NCCL settings (NCCL_ALGO, NCCL_PROTO,
+        the release, one process for all GPUs) in one place, the other fields as given."""
+        return cls(cluster, graph, algorithm, cost_model, chunks=options.chunks, nccl_algo=options.nccl_algo,
+                   nccl_proto=options.nccl_proto, nccl_version=options.nccl_version,
+                   nccl_single_process=options.nccl_single_process, **rest)
 
     def play_plan(self, schedule: Schedule, nbytes: float) -> PlayPlan | None:
         key = (id(schedule), nbytes)

@@ -38,10 +38,8 @@ def collective_times(topology: Topology, gpus: int, op: str, sizes: list[int], a
     env = simpy.Environment()
     cluster = Cluster(topology, gpus, env, source=source)
     graph = TaskGraph()
-    comm = Communicator(cluster, graph, algorithm, cost_model, chunks=options.chunks,
-                        gamma_s_per_byte=options.gamma_s_per_byte, nccl_algo=options.nccl_algo,
-                        nccl_proto=options.nccl_proto, nccl_version=options.nccl_version,
-                        nccl_single_process=options.nccl_single_process)
+    comm = Communicator.for_options(cluster, graph, algorithm, cost_model, options,
+                                    gamma_s_per_byte=options.gamma_s_per_byte)
     after = np.full(gpus, -1, dtype=np.int64)
     marks = []
     for nbytes in sizes:

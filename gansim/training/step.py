@@ -413,12 +413,10 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
     element_bytes = bytes_per_gradient_element(point.options.gradient_dtype)
-    comm = Communicator(cluster, graph, point.algorithm, point.cost_model, chunks=point.options.chunks,
-                        gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
-                        nccl_algo=point.options.nccl_algo, nccl_proto=point.options.nccl_proto,
-                        nccl_version=point.options.nccl_version,
-                        nccl_single_process=point.options.nccl_single_process,
-                        uncontended_min_transfers=uncontended_min_transfers, keep_transfers=keep_transfers)
+    comm = Communicator.for_options(cluster, graph, point.algorithm, point.cost_model, point.options,
+                                    gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
+                                    uncontended_min_transfers=uncontended_min_transfers,
+                                    keep_transfers=keep_transfers)
     builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
