@@ -52,7 +52,7 @@ def run(monkeypatch, topology: dict, workload, plays: bool, gpus: int, algorithm
 @pytest.mark.parametrize("chunks", [2, 3, 4])
 def test_a_chunked_ring_played_per_edge_times_like_the_flow_network(monkeypatch, topology, chunks):
     topo = NVSWITCH if topology == "nvswitch" else TOPOLOGIES[topology]
-    workload = {"allreduce_bytes": 4 * 100_003}  # segments of unequal sizes
+    workload = {"allreduce_bytes": 4 * 100_003}  # integer segments of unequal sizes, timed on equal shares
     played, plays = run(monkeypatch, topo, workload, True, 24, chunks=chunks)
     flowed, none = run(monkeypatch, topo, workload, False, 24, chunks=chunks)
     assert not none
@@ -75,12 +75,13 @@ def test_a_gan_step_with_chunked_rings_times_like_the_flow_network(monkeypatch, 
 
 def test_a_chunked_ring_whose_links_something_else_used_is_played_again_on_the_flow_network(monkeypatch):
     """tests/test_uncontended.py's case (a ring's hop between PCIe switches meets the next
-    step's host-to-device copies) with chunks: found contended after the run, run again."""
+    step's host-to-device copies of ranks that computed at other speeds) with chunks: found
+    contended after the run, run again."""
     gan = {**GAN, "networks": {name: {**net, "optimizer_s": 0.0, "forward_s": 0.0}
                                for name, net in GAN["networks"].items()}, "data": {"host_prep_s": 0.0,
                                                                                    "bytes_per_sample": 3136}}
-    played, plays = run(monkeypatch, TOPOLOGIES["pcie_pairs"], gan, True, 8, chunks=3)
-    flowed, _ = run(monkeypatch, TOPOLOGIES["pcie_pairs"], gan, False, 8, chunks=3)
+    played, plays = run(monkeypatch, TOPOLOGIES["pcie_pairs"], gan, True, 8, chunks=3, compute_cv=0.1)
+    flowed, _ = run(monkeypatch, TOPOLOGIES["pcie_pairs"], gan, False, 8, chunks=3, compute_cv=0.1)
     assert not plays  # found contended, played again without plays
     assert played == flowed
 
@@ -114,8 +115,8 @@ def test_the_history_of_chunk_ends_grows_when_a_chunk_runs_ahead(monkeypatch):
 
 
 def test_a_rings_bytes_per_step_are_read_from_its_windows_without_a_dense_table():
-    """The play reads each step's bytes from the ring's tiled bounds (a 16,384-rank ring's
-    table of bytes per step and edge would be 4 GB): the same figures as each step's own."""
+    """The play reads each step's bytes from the ring's tiled segment sizes (a 16,384-rank
+    ring's table of bytes per step and edge would be 4 GB): the same figures as each step's own."""
     from types import SimpleNamespace
 
     from gansim.collectives.chunked_ring import _Amounts
@@ -126,7 +127,45 @@ def test_a_rings_bytes_per_step_are_read_from_its_windows_without_a_dense_table(
     amounts = _Amounts.of(plan, 4)
     assert amounts.dense is None
     for k, step in enumerate(schedule.steps):
-        assert np.array_equal(amounts.at(np.full(16, k), np.arange(16)), (step.hi - step.lo) * (4.0 / 4))
+        assert np.array_equal(amounts.at(np.full(16, k), np.arange(16)), step.size * (4.0 / 4))
+
+
+@pytest.mark.parametrize("chunks, gamma, entry, settles", [(4, 0.0, "alike", True), (2, 0.0, "alike", True),
+                                                           (4, 0.0, "staggered", True), (3, 3e-11, "alike", False)])
+def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapolated(monkeypatch, chunks, gamma,
+                                                                                     entry, settles):
+    """A 512-rank ring of 8-GPU machines (7 NVSwitch edges and a NIC edge each, equal shares):
+    played on the ring of 8 closed on itself, its phases of 511 steps from plays of a few
+    hundred where they settle into a regime, the same figures as the whole ring played step
+    by step. Ranks that join at other times in each machine repeat too; ranks that do not
+    repeat are not played so. With 3 chunks and a reduction cost, the all-gather after the
+    reduce-scatter does not settle (its steps take 117 to 123 us, in no period of 64 steps):
+    the ring of 8 is played step by step, to the same figures."""
+    p = 512
+    latency = np.tile([3e-6] * 7 + [10e-6], p // 8)
+    rate = np.tile([300e9] * 7 + [25e9], p // 8)
+    steps = 2 * (p - 1)
+    amounts = chunked_ring._Amounts(np.full(3 * p, 65536.0), np.full(steps, p, dtype=np.int64), None)
+    reduce = np.arange(steps) < p - 1
+    joins = np.full(p, 0.5) if entry == "alike" else 0.5 + np.tile(np.arange(8) * 1e-5, p // 8)
+    played = []
+    whole = chunked_ring.play_chunked_ring
+
+    def counted(entry, *args):
+        played.append((entry.size, args[3].size))
+        return whole(entry, *args)
+
+    monkeypatch.setattr(chunked_ring, "play_chunked_ring", counted)
+    fast = chunked_ring.play_periodic_chunked_ring(joins, latency, rate, amounts, reduce, gamma, chunks)
+    monkeypatch.undo()
+    assert fast is not None and played and all(ranks == 8 for ranks, _ in played)
+    assert all(length < 600 for _, length in played) == settles
+    slow = whole(joins, latency, rate, amounts, reduce, gamma, chunks)
+    for got, want in zip(fast, slow):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    different = joins.copy()
+    different[100] += 1e-6
+    assert chunked_ring.play_periodic_chunked_ring(different, latency, rate, amounts, reduce, gamma, chunks) is None
 
 
 def test_a_small_chunked_ring_stays_on_the_flow_network(monkeypatch):

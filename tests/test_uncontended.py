@@ -178,15 +178,29 @@ def test_input_pipelines_are_private_only_where_their_host_has_a_core_for_each()
     assert not cluster(3).private_loader and not cluster(3).idle_pools
 
 
+class _Found:
+    """`contended`, keeping what it answered."""
+
+    def __init__(self, contended):
+        self.contended, self.answers = contended, []
+
+    def __call__(self, *args, **kwargs):
+        self.answers.append(self.contended(*args, **kwargs))
+        return self.answers[-1]
+
+
 def test_a_run_whose_played_links_something_else_used_is_played_again_on_the_flow_network(monkeypatch):
     """On PCIe switches of two GPUs, a ring's hop between switches crosses the host's link
     to the next switch, which that switch's GPUs' host-to-device copies also use; with no
-    compute between one step's all-reduce and the next step's copy, they meet."""
+    compute between one step's all-reduce and the next step's copy, and ranks that compute
+    at different speeds (so that they do not all end the all-reduce at one instant), they meet."""
     gan = {**GAN, "networks": {name: {**net, "optimizer_s": 0.0, "forward_s": 0.0}
                                for name, net in GAN["networks"].items()}, "data": {"host_prep_s": 0.0,
                                                                                    "bytes_per_sample": 3136}}
-    played, plays = run(monkeypatch, "pcie_pairs", "ring", gan, plays=True, gpus=8)
-    flowed, _ = run(monkeypatch, "pcie_pairs", "ring", gan, plays=False, gpus=8)
+    monkeypatch.setattr(uncontended, "contended", found := _Found(uncontended.contended))
+    played, plays = run(monkeypatch, "pcie_pairs", "ring", gan, plays=True, gpus=8, compute_cv=0.1)
+    flowed, _ = run(monkeypatch, "pcie_pairs", "ring", gan, plays=False, gpus=8, compute_cv=0.1)
+    assert found.answers[0] is True
     assert plays == 0  # found contended, played again without plays
     assert played == flowed
 
@@ -284,7 +298,10 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
     switch's every rank. The figures are those of the step-by-step play, which divides per
     step, exactly, and the flow network's."""
     monkeypatch.setattr(uncontended, "_DURATIONS_MAX_TRANSFERS", 0)
-    workload = {"allreduce_bytes": 4 * 100_003}  # segments of unequal sizes
+    # each step played by the loop (a ring alike in every period is worked out on one,
+    # test_a_ring_alike_in_every_machine_is_worked_out_on_one_period_of_them)
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", lambda *args: None)
+    workload = {"allreduce_bytes": 4 * 100_003}  # integer segments of unequal sizes
     options = {"gamma_s_per_byte": 3e-11}
     found = []
     views = uncontended.PlayPlan.ring_views
@@ -298,7 +315,7 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
     fast, plays = run(monkeypatch, topology, "ring", workload, plays=True, **options)
     assert plays == 3 and len(found) == 3 and all(v is not None for v in found)
     # 2 x 11 steps, 11 of them reducing
-    assert len(found[0].durations) == 22 and sum(r is not None for r in found[0].reduces) == 11
+    assert found[0].steps == 22 and sum(found[0].received(k) is not None for k in range(22)) == 11
     monkeypatch.setattr(uncontended.PlayPlan, "ring_views", lambda plan, gamma: None)
     divided, _ = run(monkeypatch, topology, "ring", workload, plays=True, **options)
     flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, **options)
@@ -307,6 +324,52 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
     assert fast.breakdown.to_dict() == divided.breakdown.to_dict()
     assert fast.bottleneck == divided.bottleneck
     assert_same(fast, flowed)
+
+
+@pytest.mark.parametrize("topology", ["switch", "multi_node"])
+@pytest.mark.parametrize("options", [{"gamma_s_per_byte": 3e-11}, {}, {"overlap": True}])
+def test_a_ring_alike_in_every_machine_is_worked_out_on_one_period_of_them(monkeypatch, topology, options):
+    """Where the rates, latencies and segments of a ring repeat every P ranks and the ranks
+    join it alike, its steps after the first are worked out on P slots by max-plus matrix
+    powers: the figures of playing every step to 1e-12, and the flow network's."""
+    workload = {"allreduce_bytes": 4 * 100_003} if not options.get("overlap") else GAN
+    used = []
+    periodic = uncontended.UncontendedPlay._periodic_ring
+
+    def counted(play, *args):
+        finish = periodic(play, *args)
+        used.append(finish is not None)
+        return finish
+
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", counted)
+    fast, plays = run(monkeypatch, topology, "ring", workload, plays=True, **options)
+    assert plays > 0 and used and all(used)
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", lambda *args: None)
+    stepped, _ = run(monkeypatch, topology, "ring", workload, plays=True, **options)
+    flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, **options)
+    for key in FIGURES:
+        assert getattr(fast, key) == pytest.approx(getattr(stepped, key), rel=1e-12), key
+    for key, value in stepped.breakdown.to_dict().items():
+        assert fast.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+    assert_same(fast, flowed)
+
+
+def test_a_step_of_a_ring_of_one_period_as_a_matrix_is_the_step_itself():
+    """The max-plus matrix of one step (and its powers) against the recurrence on numpy
+    arrays, for rings closed on themselves of 1, 2, 3 and 5 slots."""
+    rng = np.random.default_rng(7)
+    for period in (1, 2, 3, 5):
+        weight, received, time = rng.random(period), rng.random(period), rng.random(period) * 3
+        expected = time.copy()
+        for _ in range(6):
+            finish = np.maximum(expected, np.roll(expected, -1)) + weight
+            expected = np.maximum(finish, np.roll(finish, 1)) + received
+        step = uncontended._ring_step_map(weight, received)
+        got = uncontended._maxplus_apply(uncontended._maxplus_power(step, 6), time)
+        np.testing.assert_allclose(got, expected, rtol=1e-14)
+        once = uncontended._maxplus_apply(step, time)
+        finish = np.maximum(time, np.roll(time, -1)) + weight
+        np.testing.assert_allclose(once, np.maximum(finish, np.roll(finish, 1)) + received, rtol=1e-15)
 
 
 def test_rates_without_a_short_period_are_divided_step_by_step():

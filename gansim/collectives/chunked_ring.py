@@ -77,28 +77,17 @@ class _Amounts:
     def of(cls, plan: PlayPlan, chunks: int) -> "_Amounts":
         steps = plan.schedule.steps
         n = plan.participants
-        bases, offsets = [], []
-        for step in steps:
-            hi, lo = step.hi, step.lo
-            base = hi.base
-            if (not isinstance(base, np.ndarray) or lo.base is None or hi.strides != (hi.itemsize,)
-                    or lo.strides != (lo.itemsize,) or not base.flags.c_contiguous
-                    or not lo.base.flags.c_contiguous or base.shape != lo.base.shape):
-                bases = None
-                break
-            at = (hi.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // hi.itemsize
-            lo_at = (lo.__array_interface__["data"][0] - lo.base.__array_interface__["data"][0]) // lo.itemsize
-            if at != lo_at or (bases and (bases[0][0] is not base or bases[0][1] is not lo.base)):
-                bases = None
-                break
-            bases.append((base, lo.base))
-            offsets.append(at)
         per_element = plan.bytes_per_element / chunks
-        if bases:
-            hi_base, lo_base = bases[0]
-            return cls((hi_base.ravel() - lo_base.ravel()) * per_element, np.array(offsets, dtype=np.int64), None)
-        dense = np.stack([(s.hi - s.lo) * per_element for s in steps])
+        base = steps[0].size.base if steps else None
+        if isinstance(base, np.ndarray) and all(s.window >= 0 and s.size.base is base for s in steps):
+            return cls(base.ravel() * per_element, np.array([s.window for s in steps], dtype=np.int64), None)
+        dense = np.stack([s.size * per_element for s in steps])
         return cls(None, None, dense.reshape(len(steps), n))
+
+    def same(self) -> float | None:
+        """The bytes of every transfer where they are all the same (a ring's equal shares)."""
+        values = self.base if self.base is not None else self.dense
+        return float(values.flat[0]) if values.size and (values == values.flat[0]).all() else None
 
     def at(self, k: np.ndarray, edge: np.ndarray) -> np.ndarray:
         if self.base is not None:
@@ -124,8 +113,12 @@ class ChunkedRingPlay(UncontendedPlay):
         entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
         reduce = np.array([s.reduce for s in plan.schedule.steps], dtype=bool)
         amounts = _Amounts.of(plan, self.chunks)
-        exits, first, last = play_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
-                                               self.gamma_s_per_byte, self.chunks)
+        played = play_periodic_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
+                                            self.gamma_s_per_byte, self.chunks)
+        if played is None:
+            played = play_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
+                                       self.gamma_s_per_byte, self.chunks)
+        exits, first, last = played
         self._first, self._last = first, last
         if self._carried is None:
             self._carried = carried_bytes(amounts, plan.participants, len(reduce), self.chunks)
@@ -149,7 +142,11 @@ class ChunkedRingPlay(UncontendedPlay):
 def carried_bytes(amounts: _Amounts, edges: int, steps: int, chunks: int) -> np.ndarray:
     """Bytes each edge carried, added up transfer by transfer in the order the flow network's
     tally adds them (chunk by chunk, step by step), so that equal links stay equal to the
-    last digit and the run's bottleneck is the same link."""
+    last digit and the run's bottleneck is the same link; where every transfer moves the
+    same bytes, their product (equal links equal all the same)."""
+    same = amounts.same()
+    if same is not None:
+        return np.full(edges, same * (steps * chunks))
     total = np.zeros(edges)
     for _ in range(chunks):
         for k in range(steps):
@@ -159,6 +156,86 @@ def carried_bytes(amounts: _Amounts, edges: int, steps: int, chunks: int) -> np.
             else:
                 total += amounts.dense[k]
     return total
+
+
+# A play of a ring alike in every period is extrapolated from plays of this many steps a
+# phase and more (a whole number of `_REGIME_STEPS` more), where they say it has settled into
+# a regime that repeats every `_REGIME_STEPS` steps: the same ends, later by the same time,
+# to this relative precision (far below the 1e-9 the plays are held to; a regime not yet
+# settled shows as more)
+_SETTLED_STEPS = 128
+_REGIME_STEPS = 64
+_REGIME_RTOL = 1e-12
+
+
+def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, amounts: _Amounts,
+                               reduce: np.ndarray, gamma: float,
+                               chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """play_chunked_ring's figures for a ring whose ranks repeat every P (P < p: rates,
+    latencies and entries; machines that copy one another, joined alike) and whose every
+    transfer moves the same bytes (a ring's equal shares), from plays of the ring of P
+    closed on itself, which is the same ring: every rank's events are its copy's in each
+    period. Where its phases (the reduce-scatter's K1 steps, then the all-gather's K2)
+    are long, each phase settles into a regime that repeats every _REGIME_STEPS steps,
+    every end later by the same time: plays of the first _SETTLED_STEPS or so steps of each
+    phase, then of one and two regimes more of each, say by how much, and check that it
+    holds, and the ends of the whole phases follow (so a 16,384-rank ring's 32,766 steps
+    are six plays of a few hundred steps on 8 ranks). None where the ranks do not repeat,
+    the bytes differ, or the steps are not one reduce-scatter then one all-gather; where
+    the plays do not settle, the ring of P is played step by step."""
+    p = entry.size
+    same = amounts.same()
+    period = _period(p, latency, rate, entry)
+    if same is None or period is None or period == p:
+        return None
+    k1 = int(np.count_nonzero(reduce))
+    k2 = reduce.size - k1
+    if k1 == 0 or k2 == 0 or not reduce[:k1].all():
+        return None
+    copies = p // period
+    base = np.full(3 * period, same)
+
+    def play(steps1: int, steps2: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        phases = np.concatenate([np.ones(steps1, dtype=bool), np.zeros(steps2, dtype=bool)])
+        small = _Amounts(base, np.full(phases.size, period, dtype=np.int64), None)
+        return play_chunked_ring(entry[:period], latency[:period], rate[:period], small, phases, gamma, chunks)
+
+    tile = _tiler(copies)
+    q = _REGIME_STEPS
+    start1 = _SETTLED_STEPS + (k1 - _SETTLED_STEPS) % q
+    start2 = _SETTLED_STEPS + (k2 - _SETTLED_STEPS) % q
+    if k1 < start1 + 2 * q or k2 < start2 + 2 * q:
+        return tile(play(k1, k2))
+    at = play(start1, start2)
+    one = play(start1 + q, start2), play(start1, start2 + q)
+    two = play(start1 + 2 * q, start2), play(start1, start2 + 2 * q)
+    both = play(start1 + q, start2 + q)
+    exits, first, last = at
+    by = [(one[i][0] - exits, one[i][2] - last) for i in (0, 1)]
+    expected = [(exits + 2 * d_exit, last + 2 * d_last) for d_exit, d_last in by]
+    expected_both = (exits + by[0][0] + by[1][0], last + by[0][1] + by[1][1])
+    if not all(_close(got[0], want[0]) and _close(got[2], want[1])
+               for got, want in [*zip(two, expected), (both, expected_both)]):
+        return tile(play(k1, k2))
+    m1, m2 = (k1 - start1) // q, (k2 - start2) // q
+    return tile((exits + m1 * by[0][0] + m2 * by[1][0], first, last + m1 * by[0][1] + m2 * by[1][1]))
+
+
+def _period(p: int, *arrays: np.ndarray) -> int | None:
+    """The shortest P (dividing p, at most 64) every array repeats with; None if none."""
+    for period in range(1, min(p, 64) + 1):
+        if p % period == 0 and all(
+                (a.reshape(p // period, period) == a[:period]).all() for a in arrays):
+            return period
+    return None
+
+
+def _tiler(copies: int):
+    return lambda played: tuple(np.tile(a, copies) for a in played)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    return bool(np.allclose(got, want, rtol=_REGIME_RTOL, atol=0.0))
 
 
 def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, amounts: _Amounts,

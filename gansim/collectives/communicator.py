@@ -309,8 +309,7 @@ def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nby
             step_of = np.repeat(np.arange(len(block_steps)), sizes)
             src = np.concatenate([st.src for st in block_steps])
             dst = np.concatenate([st.dst for st in block_steps])
-            amount = (np.concatenate([st.hi for st in block_steps]) - np.concatenate([st.lo for st in block_steps])) \
-                * bytes_per_element
+            amount = np.concatenate([st.size for st in block_steps]) * bytes_per_element
             routes = cluster.pair_routes(participants, src, dst)
             transfers = graph.add(FLOW, routes, amount, np.where(src < p, src, dst), COMMUNICATION,
                                   f"{label}: transfer", detail=step_of + b0)

@@ -17,6 +17,7 @@ transfers and is built in a few tens of milliseconds.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -48,7 +49,7 @@ def _frozen_int64(x: object) -> np.ndarray:
     return a
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Step:
     """One round of concurrent transfers; transfer i moves elements [lo[i], hi[i]) of src[i] to dst[i].
 
@@ -62,9 +63,13 @@ class Step:
     lo: np.ndarray
     hi: np.ndarray
     reduce: bool
-    # where lo and hi start in the arrays they are windows of (lo.base and hi.base, of one
+    # where lo, hi and size start in the arrays they are windows of (their bases, of one
     # shape, flattened), for a schedule that made every step so (a ring's); -1: not so made
     window: int = -1
+    # per transfer, the elements its time is reckoned on (float): hi - lo, or for a ring's
+    # segments their equal share of the buffer (`_ring_steps`), from which the integer split
+    # differs by less than one element. Timing only: the data a step moves is [lo, hi).
+    size: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrays = {name: _frozen_int64(getattr(self, name)) for name in ("src", "dst", "lo", "hi")}
@@ -77,9 +82,28 @@ class Step:
         for name, a in arrays.items():
             object.__setattr__(self, name, a)
         object.__setattr__(self, "reduce", bool(self.reduce))
+        size = self.size
+        if size is None:
+            size = (arrays["hi"] - arrays["lo"]).astype(np.float64)
+            size.flags.writeable = False
+        elif not isinstance(size, np.ndarray) or size.dtype != np.float64 or size.shape != (n,):
+            raise ValueError(f"Step.size must be a float64 array of {n} elements")
+        object.__setattr__(self, "size", size)
 
     def __len__(self) -> int:
         return int(self.src.size)
+
+    @classmethod
+    def _of_read_only(cls, src: np.ndarray, dst: np.ndarray, lo: np.ndarray, hi: np.ndarray, reduce: bool,
+                      window: int, size: np.ndarray) -> "Step":
+        """A step of arrays that already are what __post_init__ makes of them (views of a
+        ring's read-only arrays, checked where they were made): a ring has 2(p - 1) steps,
+        32,766 at 16,384 ranks, each made without the checks."""
+        step = object.__new__(cls)
+        for name, value in (("src", src), ("dst", dst), ("lo", lo), ("hi", hi), ("reduce", bool(reduce)),
+                            ("window", window), ("size", size)):
+            object.__setattr__(step, name, value)
+        return step
 
 
 @dataclass(frozen=True)
@@ -96,9 +120,13 @@ class Schedule:
         """Ranks plus extra participants (ids ranks, ranks+1, ...), e.g. a parameter server."""
         return self.ranks + len(self.extra_participants)
 
+    @functools.cached_property
+    def _transfers(self) -> int:
+        return sum(len(s) for s in self.steps)
+
     def transfers(self) -> int:
         """Total number of point-to-point transfers over all steps."""
-        return sum(len(s) for s in self.steps)
+        return self._transfers
 
 
 ALGORITHMS: Registry[Builder] = Registry("all-reduce algorithm")
@@ -175,13 +203,19 @@ def _check_partition(groups: Groups, ranks: int, name: str) -> list[list[int]]:
 
 
 def _ring_steps(
-    members: np.ndarray, bounds: np.ndarray, *, reduce_scatter: bool, all_gather: bool
+    members: np.ndarray, bounds: np.ndarray, share: float, *, reduce_scatter: bool, all_gather: bool
 ) -> list[Step | None]:
     """Rings run side by side: `members` is (rings, n) participant ids, `bounds` is (rings, n+1).
 
     Position j sends to j+1 (mod n). Reduce-scatter step s: j sends segment (j - s) mod n, so
     after n-1 steps position j holds the full sum of segment (j + 1) mod n. All-gather step s:
     j sends segment (j + 1 - s) mod n. The steps share one read-only src and dst array.
+
+    Every segment's time is reckoned on `share` elements, its equal share of the buffer
+    (Step.size): a ring is then alike on every machine of a cluster whose machines copy one
+    another, and a play of it can be worked out on one period of them
+    (gansim/collectives/uncontended.py). Where some segment is empty (fewer elements than
+    positions), on its integer size instead: no transfer moves nothing.
     """
     rings, n = members.shape
     if n < 2:
@@ -196,18 +230,28 @@ def _ring_steps(
     dst = _frozen_int64(order(np.roll(members, -1, axis=1)).ravel())
     lo3 = _frozen_int64(np.ascontiguousarray(order(np.tile(bounds[:, :-1], 3))))
     hi3 = _frozen_int64(np.ascontiguousarray(order(np.tile(bounds[:, 1:], 3))))
-    steps: list[Step | None] = []
-    phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
     # with no empty segment no transfer is ever dropped: steps are made without checking
     whole = bool((bounds[:, 1:] > bounds[:, :-1]).all())
+    size3 = np.full(lo3.shape, float(share)) if whole else None
+    if size3 is not None:
+        size3.flags.writeable = False
+    steps: list[Step | None] = []
+    phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
     for reduce in phases:
         for s in range(n - 1):
             start = n - s + (0 if reduce else 1)
             window = slice(start, start + n)
             lo = (lo3[window] if by_position else lo3[:, window]).reshape(-1)
             hi = (hi3[window] if by_position else hi3[:, window]).reshape(-1)
-            at = start * rings if by_position else -1  # lo3 / hi3 rows: a view from there
-            steps.append(Step(src, dst, lo, hi, reduce, at) if whole else _step(src, dst, lo, hi, reduce))
+            if size3 is None:
+                steps.append(_step(src, dst, lo, hi, reduce))
+                continue
+            size = (size3[window] if by_position else size3[:, window]).reshape(-1)
+            if not by_position:  # copies of the columns: made read-only as the views are
+                for a in (lo, hi, size):
+                    a.flags.writeable = False
+            at = start * rings if by_position else -1  # lo3 / hi3 / size3 rows: a view from there
+            steps.append(Step._of_read_only(src, dst, lo, hi, reduce, at, size))
     return steps
 
 
@@ -222,7 +266,8 @@ def ring(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
         return _schedule("ring", ranks, count, [])
     members = np.arange(ranks, dtype=np.int64)[None, :]
     bounds = segment_bounds(count, ranks)[None, :]
-    return _schedule("ring", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
+    return _schedule("ring", ranks, count,
+                     _ring_steps(members, bounds, count / ranks, reduce_scatter=True, all_gather=True))
 
 
 @ALGORITHMS.register("nccl")
@@ -235,7 +280,8 @@ def nccl(ranks: int, count: int, groups: Groups | None = None) -> Schedule:
         return _schedule("nccl", ranks, count, [])
     members = np.array(order, dtype=np.int64)[None, :]
     bounds = segment_bounds(count, ranks)[None, :]
-    return _schedule("nccl", ranks, count, _ring_steps(members, bounds, reduce_scatter=True, all_gather=True))
+    return _schedule("nccl", ranks, count,
+                     _ring_steps(members, bounds, count / ranks, reduce_scatter=True, all_gather=True))
 
 
 @ALGORITHMS.register("tree")
@@ -396,7 +442,7 @@ def hierarchical_ring(ranks: int, count: int, groups: Groups | None = None) -> S
     n_groups, size = members.shape
     shard_bounds = segment_bounds(count, size)
     intra_bounds = np.broadcast_to(shard_bounds, (n_groups, size + 1))
-    steps = _ring_steps(members, intra_bounds, reduce_scatter=True, all_gather=False)
+    steps = _ring_steps(members, intra_bounds, count / size, reduce_scatter=True, all_gather=False)
 
     if n_groups > 1:
         # after step (1), position j of each group holds shard (j + 1) mod L
@@ -407,9 +453,9 @@ def hierarchical_ring(ranks: int, count: int, groups: Groups | None = None) -> S
         sub_bounds = shard_bounds[:-1, None] + i * (lengths[:, None] // n_groups) + np.minimum(
             i, lengths[:, None] % n_groups
         )
-        steps += _ring_steps(holders, sub_bounds, reduce_scatter=True, all_gather=True)
+        steps += _ring_steps(holders, sub_bounds, count / size / n_groups, reduce_scatter=True, all_gather=True)
 
-    steps += _ring_steps(members, intra_bounds, reduce_scatter=False, all_gather=True)
+    steps += _ring_steps(members, intra_bounds, count / size, reduce_scatter=False, all_gather=True)
     return _schedule("hierarchical_ring", ranks, count, steps)
 
 

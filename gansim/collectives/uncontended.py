@@ -105,10 +105,13 @@ class PlayPlan:
     # slot, bytes / rate (when the schedule is small enough to keep them)
     carried: list[np.ndarray] | None = None
     durations: list[np.ndarray] | None = None
-    # per base array that steps' bounds are windows of (a ring's): bytes per element of it
-    _window_bytes: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+    # per base array that steps' sizes are windows of (a ring's): its bytes
+    _window_bytes: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     # per step whose bounds are such windows: (the base's bytes, where the step's window starts)
     _windows: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict, repr=False)
+    _last_steps: dict[int, int] | None = field(default=None, repr=False)
+    _resources: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False)
     # per gamma: `ring_views`' lists (None: the schedule is not such a ring)
     _ring_views: dict[float, "RingViews | None"] = field(default_factory=dict, repr=False)
 
@@ -140,17 +143,35 @@ class PlayPlan:
             return None
         return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
 
+    def resources_of(self, shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For the slots of these shapes, one after another: per (slot, resource it crosses),
+        the slot; the resources crossed; and per row, which of them it is. The same for every
+        play of the plan, so worked out once."""
+        found = self._resources.get(shapes)
+        if found is None:
+            net = self.cluster.network
+            offsets = np.cumsum([0] + [self.shapes[k].src.size for k in shapes])
+            flows, resources = [], []
+            for k, at in zip(shapes, offsets.tolist()):
+                flow, res = net.route_pairs(self.shapes[k].route)
+                flows.append(flow + at)
+                resources.append(res)
+            used, inverse = np.unique(np.concatenate(resources), return_inverse=True)
+            found = self._resources[shapes] = (np.concatenate(flows), used, inverse.ravel())
+        return found
+
+    def last_steps(self) -> dict[int, int]:
+        """Per shape, the last step that has it."""
+        if self._last_steps is None:
+            self._last_steps = {index: k for k, index in enumerate(self.step_shape)}
+        return self._last_steps
+
     def amount(self, k: int) -> np.ndarray:
         """Bytes per slot of step k."""
         step = self.schedule.steps[k]
-        window = self._windows.get(k)
-        if window is not None:  # where the first play found step k's window: the same slice again
-            window_bytes, at = window
-            amount = window_bytes[at:at + step.hi.size]
-        else:
-            amount = self._window_amount(step, k)
+        amount = self._window_amount(step, k)
         if amount is None:
-            amount = (step.hi - step.lo) * self.bytes_per_element
+            amount = step.size * self.bytes_per_element
         shape = self.shapes[self.step_shape[k]]
         if shape.merged:
             amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
@@ -158,15 +179,15 @@ class PlayPlan:
 
     def ring_views(self, gamma: float) -> "RingViews | None":
         """Where every step is one successor ring's and names its window of one base of
-        period n (a single ring's bounds tiled three times), per step as views, made once for
-        every play of the plan: its bytes (`amount`'s); its bytes / rate, where the rates
-        repeat every P slots (P | n: machines that copy one another), slot i's rate at window
-        start `at` being rate[(at + i - r) mod P] with r = at mod P, so the base divided once
-        per r holds every step's; and, where it reduces, the bytes each participant receives
-        times gamma (participant i gets slot i - 1's: the base's element at + i - 1, for i = 0
-        at + n - 1's, the same by the period). The same divisions and products as a step's
-        own `amount / rate` and bincount x gamma, so the same figures to the last digit. None
-        for other schedules and for rates without such a period."""
+        period n (a single ring's segment sizes tiled three times), per step as views of
+        arrays made once for every play of the plan: its bytes (`amount`'s); its bytes / rate, where the
+        rates repeat every P slots (P | n: machines that copy one another), slot i's rate at
+        window start `at` being rate[(at + i - r) mod P] with r = at mod P, so the base divided
+        once per r holds every step's; and, where it reduces, the bytes each participant
+        receives times gamma (participant i gets slot i - 1's: the base's element at + i - 1,
+        for i = 0 at + n - 1's, the same by the period). The same divisions and products as a
+        step's own `amount / rate` and bincount x gamma, so the same figures to the last digit.
+        None for other schedules and for rates without such a period."""
         if gamma in self._ring_views:
             return self._ring_views[gamma]
         found = None
@@ -174,61 +195,85 @@ class PlayPlan:
         shape = self.shapes[0] if len(self.shapes) == 1 else None
         if shape is not None and shape.successor and not shape.merged and steps:
             n = shape.src.size
-            hi_base, lo_base = steps[0].hi.base, steps[0].lo.base
-            if (isinstance(hi_base, np.ndarray) and isinstance(lo_base, np.ndarray)
-                    and hi_base.shape == lo_base.shape and hi_base.size == 3 * n
-                    and all(s.window >= 1 and s.hi.base is hi_base and s.lo.base is lo_base for s in steps)):
-                amounts = [self._window_of(hi_base, lo_base, k, step.window, n) for k, step in enumerate(steps)]
-                window_bytes = self._windows[0][0]
+            size_base = steps[0].size.base
+            if (isinstance(size_base, np.ndarray) and size_base.size == 3 * n
+                    and all(s.window >= 1 and s.size.base is size_base for s in steps)):
+                window_bytes = self._window_bytes.get(id(size_base))
+                if window_bytes is None:
+                    window_bytes = self._window_bytes[id(size_base)] = size_base.ravel() * self.bytes_per_element
                 period = _rate_period(shape.rate, window_bytes.size)
                 if period is not None:
                     divided: dict[int, np.ndarray] = {}
                     for offset in {step.window % period for step in steps}:
                         divided[offset] = window_bytes / shape.rate[(np.arange(window_bytes.size) - offset) % period]
-                    scaled = window_bytes * gamma if gamma > 0 else None
-                    found = RingViews(
-                        amounts,
-                        [divided[step.window % period][step.window:step.window + n] for step in steps],
-                        [scaled[step.window - 1:step.window - 1 + n] if step.reduce and scaled is not None else None
-                         for step in steps])
+                    windows = [step.window for step in steps]
+                    found = RingViews(n, windows, window_bytes, [divided[w % period] for w in windows],
+                                      window_bytes * gamma if gamma > 0 else None, [step.reduce for step in steps],
+                                      period, bool((window_bytes == window_bytes[0]).all()))
         self._ring_views[gamma] = found
         return found
 
     def _window_amount(self, step: Step, k: int) -> np.ndarray | None:
-        """Bytes per transfer of `step` as a slice, where its bounds are equal windows of two
-        base arrays (a ring's steps are windows of its bounds tiled three times): the base's
+        """Bytes per transfer of `step` as a slice, where its sizes are a window of a base
+        array (a ring's steps are windows of its segment sizes tiled three times): the base's
         bytes, worked out once, are the same floating-point products as the step's own."""
-        hi, lo = step.hi, step.lo
-        hi_base, lo_base = hi.base, lo.base
-        if step.window >= 0 and isinstance(hi_base, np.ndarray) and isinstance(lo_base, np.ndarray):
-            return self._window_of(hi_base, lo_base, k, step.window, hi.size)
-        if (not isinstance(hi_base, np.ndarray) or not isinstance(lo_base, np.ndarray)
-                or hi_base.shape != lo_base.shape or not hi_base.flags.c_contiguous
-                or not lo_base.flags.c_contiguous or hi.strides != (hi.itemsize,) or lo.strides != (lo.itemsize,)
-                or hi_base.dtype != hi.dtype or lo_base.dtype != lo.dtype):
+        window = self._windows.get(k)
+        if window is not None:  # where an earlier play found step k's window: the same slice again
+            window_bytes, at = window
+            return window_bytes[at:at + step.size.size]
+        base = step.size.base
+        if step.window < 0 or not isinstance(base, np.ndarray):
             return None
-        hi_at = (hi.__array_interface__["data"][0] - hi_base.__array_interface__["data"][0]) // hi.itemsize
-        lo_at = (lo.__array_interface__["data"][0] - lo_base.__array_interface__["data"][0]) // lo.itemsize
-        if hi_at != lo_at:
-            return None
-        return self._window_of(hi_base, lo_base, k, hi_at, hi.size)
-
-    def _window_of(self, hi_base: np.ndarray, lo_base: np.ndarray, k: int, at: int, size: int) -> np.ndarray:
-        key = (id(hi_base), id(lo_base))
-        window_bytes = self._window_bytes.get(key)
+        window_bytes = self._window_bytes.get(id(base))
         if window_bytes is None:
-            window_bytes = self._window_bytes[key] = (hi_base.ravel() - lo_base.ravel()) * self.bytes_per_element
-        self._windows[k] = (window_bytes, at)
-        return window_bytes[at:at + size]
+            window_bytes = self._window_bytes[id(base)] = base.ravel() * self.bytes_per_element
+        self._windows[k] = (window_bytes, step.window)
+        return window_bytes[step.window:step.window + step.size.size]
 
 
 @dataclass
 class RingViews:
-    """Per step of a single ring's schedule (PlayPlan.ring_views): views, not copies."""
+    """Per step of a single ring's schedule (PlayPlan.ring_views), views of a few arrays
+    made when asked for (32,766 steps at 16,384 ranks, 3 views each, would be 15 MB a plan)."""
 
-    amounts: list[np.ndarray]
-    durations: list[np.ndarray]
-    reduces: list[np.ndarray | None]  # None: a step that reduces nothing (or gamma 0)
+    n: int  # slots
+    windows: list[int]  # per step, where its window starts
+    window_bytes: np.ndarray  # the base's bytes
+    divided: list[np.ndarray]  # per step, the base's bytes over the rates at its window's offset
+    scaled: np.ndarray | None  # the base's bytes times gamma (None: gamma 0)
+    reduce: list[bool]  # per step, whether it reduces
+    period: int  # the slots after which the rates repeat
+    equal_shares: bool  # every step moves the same bytes on every slot
+
+    _runs: list[tuple[int, int]] | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.windows)
+
+    def runs(self) -> list[tuple[int, int]]:
+        """The steps as runs [start, end) that all reduce what they receive or all do not."""
+        if self._runs is None:
+            reducing = np.array(self.reduce, dtype=bool) & (self.scaled is not None)
+            cuts = [0, *(np.flatnonzero(reducing[1:] != reducing[:-1]) + 1).tolist(), reducing.size]
+            self._runs = list(zip(cuts[:-1], cuts[1:]))
+        return self._runs
+
+    def amount(self, k: int) -> np.ndarray:
+        at = self.windows[k]
+        return self.window_bytes[at:at + self.n]
+
+    def duration(self, k: int) -> np.ndarray:
+        at = self.windows[k]
+        return self.divided[k][at:at + self.n]
+
+    def received(self, k: int) -> np.ndarray | None:
+        """Per participant, the bytes it receives in step k times gamma (None: it reduces
+        nothing): participant i gets slot i - 1's, the base's element at + i - 1."""
+        if not self.reduce[k] or self.scaled is None:
+            return None
+        at = self.windows[k] - 1
+        return self.scaled[at:at + self.n]
 
 
 @dataclass
@@ -252,6 +297,7 @@ class UncontendedPlay:
     recorded: Recorded | None = None
     first_start: list[np.ndarray | None] = field(default_factory=list)  # per shape, per slot: first start
     last_end: list[np.ndarray | None] = field(default_factory=list)  # and last end
+    _spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     # -- the recurrence
     def solve(self, now: float, end: np.ndarray) -> np.ndarray:
@@ -270,7 +316,7 @@ class UncontendedPlay:
         finish_ring = np.empty(n_part + 1)
         start_buffer = np.empty(n_part)
         shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
-        last_step = {index: k for k, index in enumerate(step_shape)}
+        last_step = plan.last_steps()
         fill = plan.carried is None
         if fill:
             carried = [np.zeros(shape.src.size) for shape in shapes]
@@ -280,6 +326,8 @@ class UncontendedPlay:
         recording = _Recorder(self.budget.left)
         gamma = self.gamma_s_per_byte
         views = plan.ring_views(gamma)
+        if fill and views is not None:
+            kept = None  # (the views give every step's transfer times)
         rest = len(plan.schedule.steps)  # where the ring's own loop takes over (none: no such loop)
         for k, step in enumerate(plan.schedule.steps):
             if views is not None and k > 0 and not recording.wanted:
@@ -291,7 +339,7 @@ class UncontendedPlay:
                 duration = durations[k]
             else:
                 amount = plan.amount(k)
-                duration = views.durations[k] if views is not None else amount / shape.rate
+                duration = views.duration(k) if views is not None else amount / shape.rate
                 if fill:
                     carried[index] += amount
                     if kept is not None:
@@ -320,7 +368,7 @@ class UncontendedPlay:
                     np.maximum.at(done, shape.dst, finish)
             if step.reduce and gamma > 0:
                 if views is not None:  # a single ring, whose step ended in t itself
-                    t += views.reduces[k]
+                    t += views.received(k)
                 else:
                     done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
             if shape.send_slot is None:
@@ -334,8 +382,12 @@ class UncontendedPlay:
             if recording.wanted:
                 recording.add(k, shape, step, start, finish, t)
         if rest < len(plan.schedule.steps):
-            finish = self._ring_loop(views, rest, t_ring, finish_ring, start_buffer,
-                                     carried[0] if fill else None, kept if fill else None)
+            finish = self._periodic_ring(views, rest, t_ring, finish_ring)
+            if finish is not None:
+                if fill:  # every step moves the same bytes on every slot
+                    carried[0] += views.amount(rest) * (views.steps - rest)
+            else:
+                finish = self._ring_loop(views, rest, t_ring, finish_ring, start_buffer, carried[0] if fill else None)
             last_end[0] = finish.copy()
         self.first_start, self.last_end = first_start, last_end
         if fill:
@@ -346,30 +398,75 @@ class UncontendedPlay:
         self.early_exit = bool((self.exit_times < now).any())
         return self.exit_times
 
+    def _periodic_ring(self, views: RingViews, first: int, t_ring: np.ndarray,
+                       finish_ring: np.ndarray) -> np.ndarray | None:
+        """Steps `first`... of a single ring whose every slot repeats every `views.period`
+        slots (its rates, latencies, transfer times and reductions, and the participants'
+        times so far: machines that copy one another, equal segments, ranks that joined
+        alike), worked out on one period of them: every participant's time stays the same as
+        its copy's in each period, so the ring of n is the ring of P closed on itself, and
+        each step of it one max-plus linear map of P times, the same for every step of a
+        phase, whose powers (by squaring) give the phase's end without a pass per step. The
+        figures are `_ring_loop`'s up to the order in which the same terms are added. None
+        where something does not repeat: the loop then plays every step."""
+        period = views.period
+        n_part = t_ring.size - 1
+        t = t_ring[:n_part]
+        steps = views.steps
+        if not views.equal_shares or n_part % period or n_part == period or steps - first < 2:
+            return None
+        latency = self.plan.shapes[0].latency
+        by_period = (n_part // period, period)
+        if not (_repeats(latency, by_period) and _repeats(t, by_period)):
+            return None
+        weight = latency[:period] + views.duration(first)[:period]
+        last = steps - 1
+        state = t[:period].copy()
+        k = first
+        for run_start, run_end in views.runs():  # runs of steps alike: reducing or not
+            run_start, run_end = max(run_start, k), min(run_end, last)
+            if run_start >= run_end:
+                continue
+            received = views.received(run_start)
+            step_map = _ring_step_map(weight, received[:period] if received is not None else None)
+            state = _maxplus_apply(_maxplus_power(step_map, run_end - run_start), state)
+        # the last step, as the loop plays it, for its transfers' ends
+        start = np.maximum(state, np.roll(state, -1))
+        finish = (start + latency[:period]) + views.duration(last)[:period]
+        done = np.maximum(finish, np.roll(finish, 1))
+        received = views.received(last)
+        if received is not None:
+            done += received[:period]
+        t[:] = np.tile(done, by_period[0])
+        finish_ring[1:] = np.tile(finish, by_period[0])
+        finish_ring[0] = finish_ring[n_part]
+        return finish_ring[1:]
+
     def _ring_loop(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
-                   start: np.ndarray, carried: np.ndarray | None, kept: list[np.ndarray] | None) -> np.ndarray:
+                   start: np.ndarray, carried: np.ndarray | None) -> np.ndarray:
         """Steps `first`... of a single ring (`solve`'s successor case, whose figures it gives
-        to the last digit), with nothing per step but the recurrence's array operations."""
+        to the last digit), with nothing per step but the recurrence's array operations and
+        the slices of its views."""
         n_part = t_ring.size - 1
         t, finish = t_ring[:n_part], finish_ring[1:]
         before, after = t_ring[1:], finish_ring[:n_part]
         latency = self.plan.shapes[0].latency
-        amounts, durations, reduces = views.amounts, views.durations, views.reduces
+        windows, divided, window_bytes = views.windows, views.divided, views.window_bytes
+        scaled = views.scaled if views.scaled is not None else None
+        reduce = views.reduce
         maximum, add = np.maximum, np.add
-        for k in range(first, len(durations)):
+        for k in range(first, len(windows)):
+            at = windows[k]
             t_ring[n_part] = t_ring[0]
             maximum(t, before, out=start)
             add(start, latency, out=finish)
-            finish += durations[k]
+            finish += divided[k][at:at + n_part]
             finish_ring[0] = finish_ring[n_part]
             maximum(finish, after, out=t)
-            received = reduces[k]
-            if received is not None:
-                t += received
+            if scaled is not None and reduce[k]:
+                t += scaled[at - 1:at - 1 + n_part]
             if carried is not None:
-                carried += amounts[k]
-                if kept is not None:
-                    kept.append(durations[k])
+                carried += window_bytes[at:at + n_part]
         return finish
 
     # -- what the run's figures and checks need
@@ -381,25 +478,23 @@ class UncontendedPlay:
         return np.concatenate([s.route for s in plan.shapes]), np.concatenate(plan.carried)
 
     def resource_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(resource, first use, last use) of every resource the play used."""
-        net = self.plan.cluster.network
-        res_all, lo_all, hi_all = [], [], []
-        for shape, first, last in zip(self.plan.shapes, self.first_start, self.last_end):
-            if first is None or last is None:
-                continue
-            flow, res = net.route_pairs(shape.route)
-            res_all.append(res)
-            lo_all.append(first[flow])
-            hi_all.append(last[flow])
-        if not res_all:
+        """(resource, first use, last use) of every resource the play used (worked out once:
+        the run's checks ask twice)."""
+        if self._spans is not None:
+            return self._spans
+        shapes = [k for k, (first, last) in enumerate(zip(self.first_start, self.last_end))
+                  if first is not None and last is not None]
+        if not shapes:
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-        res, lo, hi = np.concatenate(res_all), np.concatenate(lo_all), np.concatenate(hi_all)
-        used, inverse = np.unique(res, return_inverse=True)
+        flow, used, inverse = self.plan.resources_of(tuple(shapes))
+        lo = np.concatenate([self.first_start[k] for k in shapes])[flow]
+        hi = np.concatenate([self.last_end[k] for k in shapes])[flow]
         first = np.full(used.size, np.inf)
         last = np.full(used.size, -np.inf)
         np.minimum.at(first, inverse, lo)
         np.maximum.at(last, inverse, hi)
-        return used, first, last
+        self._spans = (used, first, last)
+        return self._spans
 
 
 def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shape:
@@ -426,6 +521,49 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
     successor = ring and bool((dst == (src + 1) % n_part).all())
     return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
                   ring, successor)
+
+
+def _repeats(values: np.ndarray, by_period: tuple[int, int]) -> bool:
+    """Whether `values` is its first period repeated."""
+    rows = values.reshape(by_period)
+    return bool((rows == rows[0]).all())
+
+
+def _ring_step_map(weight: np.ndarray, received: np.ndarray | None) -> np.ndarray:
+    """One step of a successor ring of P slots closed on itself as a max-plus matrix M
+    (time'[i] = max_j M[i, j] + time[j]): slot i's transfer starts when participants i and
+    i + 1 are ready and takes weight[i] (its latency and bytes / rate); participant i is done
+    when its send (slot i) and its receive (slot i - 1) are, then reduces what it received."""
+    period = weight.size
+    i = np.arange(period)
+    matrix = np.full((period, period), -np.inf)
+    extra = received if received is not None else np.zeros(period)
+    for source, through in ((i, i), ((i + 1) % period, i), ((i - 1) % period, (i - 1) % period),
+                            (i, (i - 1) % period)):
+        np.maximum.at(matrix, (i, source), weight[through] + extra)
+    return matrix
+
+
+def _maxplus_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a[:, :, None] + b[None, :, :]).max(axis=1)
+
+
+def _maxplus_power(matrix: np.ndarray, power: int) -> np.ndarray:
+    """matrix^power in the max-plus algebra (power >= 1), by squaring."""
+    result = None
+    square = matrix
+    while power:
+        if power & 1:
+            result = square if result is None else _maxplus_product(square, result)
+        power >>= 1
+        if power:
+            square = _maxplus_product(square, square)
+    assert result is not None
+    return result
+
+
+def _maxplus_apply(matrix: np.ndarray, state: np.ndarray) -> np.ndarray:
+    return (matrix + state[None, :]).max(axis=1)
 
 
 def _rate_period(rate: np.ndarray, base_size: int) -> int | None:
@@ -472,7 +610,7 @@ class _Recorder:
     def add(self, k: int, shape: _Shape, step: Step, start: np.ndarray, finish: np.ndarray, t: np.ndarray) -> None:
         slot = shape.slot_of
         part = shape.takes_part
-        self.parts.append((step.src, step.dst, shape.route[slot], (step.hi - step.lo), start[slot], finish[slot],
+        self.parts.append((step.src, step.dst, shape.route[slot], step.size, start[slot], finish[slot],
                            np.full(slot.size, k), part, np.full(part.size, k), t[part]))
         self.count += slot.size
         if not self.wanted:
