@@ -78,9 +78,9 @@ class _Amounts:
         steps = plan.schedule.steps
         n = plan.participants
         per_element = plan.bytes_per_element / chunks
-        base = steps[0].size.base if steps else None
-        if isinstance(base, np.ndarray) and all(s.window >= 0 and s.size.base is base for s in steps):
-            return cls(base.ravel() * per_element, np.array([s.window for s in steps], dtype=np.int64), None)
+        sized = plan.schedule.size_windows() if steps else None
+        if sized is not None:
+            return cls(sized[0].ravel() * per_element, np.array(sized[1], dtype=np.int64), None)
         dense = np.stack([s.size * per_element for s in steps])
         return cls(None, None, dense.reshape(len(steps), n))
 
@@ -111,7 +111,7 @@ class ChunkedRingPlay(UncontendedPlay):
         plan = self.plan
         shape = plan.shapes[0]
         entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
-        reduce = np.array([s.reduce for s in plan.schedule.steps], dtype=bool)
+        reduce = np.array(plan.schedule.reduces(), dtype=bool)
         amounts = _Amounts.of(plan, self.chunks)
         played = play_periodic_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
                                             self.gamma_s_per_byte, self.chunks)

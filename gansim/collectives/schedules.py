@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence, overload
 
 import numpy as np
 
@@ -100,10 +100,13 @@ class Step:
         ring's read-only arrays, checked where they were made): a ring has 2(p - 1) steps,
         32,766 at 16,384 ranks, each made without the checks."""
         step = object.__new__(cls)
-        for name, value in (("src", src), ("dst", dst), ("lo", lo), ("hi", hi), ("reduce", bool(reduce)),
-                            ("window", window), ("size", size)):
-            object.__setattr__(step, name, value)
+        for put, value in zip(_STEP_SLOTS, (src, dst, lo, hi, bool(reduce), window, size)):
+            put(step, value)
         return step
+
+
+# the slots' own setters, which a frozen dataclass's __setattr__ does not go through
+_STEP_SLOTS = tuple(getattr(Step, name).__set__ for name in ("src", "dst", "lo", "hi", "reduce", "window", "size"))
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class Schedule:
     algorithm: str
     ranks: int
     count: int
-    steps: tuple[Step, ...]
+    steps: Sequence[Step]  # a tuple, or a ring's steps made when asked for (_RingSteps)
     extra_participants: tuple[str, ...] = field(default=())
 
     def participants(self) -> int:
@@ -122,11 +125,38 @@ class Schedule:
 
     @functools.cached_property
     def _transfers(self) -> int:
+        if isinstance(self.steps, _RingSteps):
+            return len(self.steps) * self.steps.transfers_per_step
         return sum(len(s) for s in self.steps)
 
     def transfers(self) -> int:
         """Total number of point-to-point transfers over all steps."""
         return self._transfers
+
+    def one_pairing(self) -> bool:
+        """Whether every step moves between the same pairs, in one order (its src and dst
+        arrays are the same: a ring's), told without looking at every step where it can be."""
+        if isinstance(self.steps, _RingSteps):
+            return True
+        first = self.steps[0] if self.steps else None
+        return first is not None and all(s.src is first.src and s.dst is first.dst for s in self.steps)
+
+    def size_windows(self) -> tuple[np.ndarray, list[int]] | None:
+        """Where every step's sizes are a window of one base array, from where each starts
+        (a ring's: its segment sizes tiled three times): the base and the windows' starts."""
+        steps = self.steps
+        if isinstance(steps, _RingSteps):
+            return steps.size_windows()
+        base = steps[0].size.base if steps else None
+        if not isinstance(base, np.ndarray) or not all(s.window >= 0 and s.size.base is base for s in steps):
+            return None
+        return base, [s.window for s in steps]
+
+    def reduces(self) -> list[bool]:
+        """Per step, whether its receivers reduce what they receive."""
+        if isinstance(self.steps, _RingSteps):
+            return self.steps.reduces()
+        return [s.reduce for s in self.steps]
 
 
 ALGORITHMS: Registry[Builder] = Registry("all-reduce algorithm")
@@ -176,13 +206,13 @@ def _step(
 
 
 def _schedule(
-    name: str, ranks: int, count: int, steps: list[Step | None], extra: tuple[str, ...] = ()
+    name: str, ranks: int, count: int, steps: "Sequence[Step | None]", extra: tuple[str, ...] = ()
 ) -> Schedule:
     return Schedule(
         algorithm=name,
         ranks=ranks,
         count=count,
-        steps=tuple(s for s in steps if s is not None),
+        steps=steps if isinstance(steps, _RingSteps) else tuple(s for s in steps if s is not None),
         extra_participants=extra,
     )
 
@@ -204,7 +234,7 @@ def _check_partition(groups: Groups, ranks: int, name: str) -> list[list[int]]:
 
 def _ring_steps(
     members: np.ndarray, bounds: np.ndarray, share: float, *, reduce_scatter: bool, all_gather: bool
-) -> list[Step | None]:
+) -> "Sequence[Step | None]":
     """Rings run side by side: `members` is (rings, n) participant ids, `bounds` is (rings, n+1).
 
     Position j sends to j+1 (mod n). Reduce-scatter step s: j sends segment (j - s) mod n, so
@@ -235,8 +265,10 @@ def _ring_steps(
     size3 = np.full(lo3.shape, float(share)) if whole else None
     if size3 is not None:
         size3.flags.writeable = False
-    steps: list[Step | None] = []
     phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
+    if size3 is not None and by_position:
+        return _RingSteps(src, dst, lo3, hi3, size3, n, rings, tuple(phases))
+    steps: list[Step | None] = []
     for reduce in phases:
         for s in range(n - 1):
             start = n - s + (0 if reduce else 1)
@@ -253,6 +285,61 @@ def _ring_steps(
             at = start * rings if by_position else -1  # lo3 / hi3 / size3 rows: a view from there
             steps.append(Step._of_read_only(src, dst, lo, hi, reduce, at, size))
     return steps
+
+
+class _RingSteps(Sequence[Step]):
+    """The steps of rings run side by side, listed position by position (_ring_steps), each
+    made when asked for from the windows of its tiled arrays: a 16,384-rank ring has 32,766
+    steps, whose objects and views would take some 15 MB that a play never looks at. A step
+    asked for twice is two equal objects (the same arrays' views), not one."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, lo3: np.ndarray, hi3: np.ndarray, size3: np.ndarray,
+                 n: int, rings: int, phases: tuple[bool, ...]):
+        self._arrays = (src, dst, lo3, hi3, size3)
+        self._n, self._rings, self._phases = n, rings, phases
+
+    def __len__(self) -> int:
+        return len(self._phases) * (self._n - 1)
+
+    @overload
+    def __getitem__(self, k: int) -> Step: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Step]: ...
+
+    def __getitem__(self, k: int | slice) -> Step | list[Step]:
+        if isinstance(k, slice):
+            return [self._step(i) for i in range(*k.indices(len(self)))]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        return self._step(k % len(self))
+
+    def __iter__(self) -> Iterator[Step]:
+        return (self._step(k) for k in range(len(self)))
+
+    @property
+    def transfers_per_step(self) -> int:
+        return int(self._arrays[0].size)
+
+    def size_windows(self) -> tuple[np.ndarray, list[int]]:
+        return self._arrays[4], [self._window_start(k) * self._rings for k in range(len(self))]
+
+    def reduces(self) -> list[bool]:
+        return [reduce for reduce in self._phases for _ in range(self._n - 1)]
+
+    def _window_start(self, k: int) -> int:
+        phase, s = divmod(k, self._n - 1)
+        return self._n - s + (0 if self._phases[phase] else 1)
+
+    def _step(self, k: int) -> Step:
+        src, dst, lo3, hi3, size3 = self._arrays
+        n = self._n
+        phase, s = divmod(k, n - 1)
+        reduce = self._phases[phase]
+        start = n - s + (0 if reduce else 1)
+        window = slice(start, start + n)
+        return Step._of_read_only(src, dst, lo3[window].reshape(-1), hi3[window].reshape(-1), reduce,
+                                  start * self._rings, size3[window].reshape(-1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,7 +529,7 @@ def hierarchical_ring(ranks: int, count: int, groups: Groups | None = None) -> S
     n_groups, size = members.shape
     shard_bounds = segment_bounds(count, size)
     intra_bounds = np.broadcast_to(shard_bounds, (n_groups, size + 1))
-    steps = _ring_steps(members, intra_bounds, count / size, reduce_scatter=True, all_gather=False)
+    steps = list(_ring_steps(members, intra_bounds, count / size, reduce_scatter=True, all_gather=False))
 
     if n_groups > 1:
         # after step (1), position j of each group holds shard (j + 1) mod L

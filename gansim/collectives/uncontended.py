@@ -125,7 +125,8 @@ class PlayPlan:
         by_arrays: dict[tuple[int, int], int] = {}
         net = cluster.network
         pair_users: list[np.ndarray] = []  # (resource, src, dst) of every slot of every shape
-        for step in schedule.steps:
+        steps = schedule.steps[:1] if schedule.one_pairing() else schedule.steps
+        for step in steps:
             key = (id(step.src), id(step.dst))
             index = by_arrays.get(key)
             if index is None:
@@ -138,6 +139,8 @@ class PlayPlan:
                 index = by_arrays[key] = len(shapes)
                 shapes.append(shape)
             step_shape.append(index)
+        if len(steps) < len(schedule.steps):  # every step the first's shape
+            step_shape *= len(schedule.steps)
         users = np.unique(np.concatenate(pair_users, axis=1), axis=1) if pair_users else np.zeros((3, 0), np.int64)
         if not _share_a_participant(*users):  # (2)
             return None
@@ -191,24 +194,22 @@ class PlayPlan:
         if gamma in self._ring_views:
             return self._ring_views[gamma]
         found = None
-        steps = self.schedule.steps
         shape = self.shapes[0] if len(self.shapes) == 1 else None
-        if shape is not None and shape.successor and not shape.merged and steps:
+        sized = self.schedule.size_windows() if self.schedule.steps else None
+        if shape is not None and shape.successor and not shape.merged and sized is not None:
             n = shape.src.size
-            size_base = steps[0].size.base
-            if (isinstance(size_base, np.ndarray) and size_base.size == 3 * n
-                    and all(s.window >= 1 and s.size.base is size_base for s in steps)):
+            size_base, windows = sized
+            if size_base.size == 3 * n and min(windows) >= 1:
                 window_bytes = self._window_bytes.get(id(size_base))
                 if window_bytes is None:
                     window_bytes = self._window_bytes[id(size_base)] = size_base.ravel() * self.bytes_per_element
                 period = _rate_period(shape.rate, window_bytes.size)
                 if period is not None:
                     divided: dict[int, np.ndarray] = {}
-                    for offset in {step.window % period for step in steps}:
+                    for offset in {w % period for w in windows}:
                         divided[offset] = window_bytes / shape.rate[(np.arange(window_bytes.size) - offset) % period]
-                    windows = [step.window for step in steps]
                     found = RingViews(n, windows, window_bytes, [divided[w % period] for w in windows],
-                                      window_bytes * gamma if gamma > 0 else None, [step.reduce for step in steps],
+                                      window_bytes * gamma if gamma > 0 else None, self.schedule.reduces(),
                                       period, bool((window_bytes == window_bytes[0]).all()))
         self._ring_views[gamma] = found
         return found
