@@ -142,3 +142,37 @@ def test_routes_around_any_hubs_of_a_random_graph_are_the_whole_search_s(seed):
                 continue
             found = walk.route(t)
             assert found == (path_to(pred, s, t) if t in dist else None), (s, t, hubs)
+
+
+@pytest.mark.parametrize("intra", ["nvswitch", "dgx1"])
+def test_routes_from_copies_of_a_machine_through_the_one_switch_are_each_sources_own(monkeypatch, intra):
+    """On 10 machines whose 80 NICs share one network switch (a hub), a route from a copy
+    of the first machine to another machine is the first machine's route to the switch,
+    moved onto the copy, then the switch's: the same routes as each source's own search,
+    found with one search per place in the machine."""
+    spec = {"generator": "multi_node", "params": {"nodes": 10, "intra": intra}}
+    moved = []
+    copied = graph_module.Topology._copied_through_the_hub
+
+    def counted(topo, by_source):
+        left = copied(topo, by_source)
+        moved.append(sum(len(d) for d in by_source.values()) - sum(len(d) for d in left.values()))
+        return left
+
+    monkeypatch.setattr(graph_module.Topology, "_copied_through_the_hub", counted)
+    topo = topology_from_dict({"name": "t", **spec}, "test")
+    assert len(topo._hub_routing.hubs) == 1
+    ranks = topo.ranks
+    pairs = [(a, b) for a, b in itertools.product(ranks, ranks) if topo.machine_of[a] != topo.machine_of[b]]
+    found = [(r.links.tolist(), r.latency_s) for r in topo.routes(pairs)]
+    assert sum(moved) > len(pairs) // 2
+    reference = topology_from_dict({"name": "t", **spec}, "test")
+    index, names, routing = reference._routing
+    expected = []
+    for a, b in pairs:
+        start = index[(a, "out")]
+        _, pred, _ = dijkstra(routing, [start], targets=[index[(b, "in")]], high_first=True)
+        nodes = [names[v] for v in path_to(pred, start, index[(b, "in")])]
+        links = [reference.link_index(u, v) for u, v in zip(nodes, nodes[1:])]
+        expected.append((links, float(reference.latency_s[links].sum())))
+    assert found == expected
