@@ -86,6 +86,12 @@ SHAPES = {s.name: s for s in (
     Shape("rail_gan_ddp_nccl", f"`{GAN}` with DDP buckets, nccl, rail-optimised leaf-spine fabric", rail_machines,
           GAN, "nccl", 10, {"overlap": True}),
 )}
+# Shapes beyond the ones the bounds are set for, run only when --shapes names them: what
+# a ring costs whose ranks do not repeat from machine to machine (docs/performance.md)
+EXTRA = {s.name: s for s in (
+    Shape("gan_ddp_ring_stragglers", f"`{GAN}` with DDP buckets, ring, ranks' compute varying "
+          "(`compute_cv: 0.1`)", nvswitch_machines, GAN, "ring", 10, {"overlap": True, "compute_cv": 0.1}),
+)}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
 PREDICT_RANKS = 1024  # the size it is held to
 HUGE = ("nccl", "gan_ddp_nccl", "rail_nccl", "rail_gan_ddp_nccl")  # the shapes run at 100,000 GPUs with --huge
@@ -117,7 +123,8 @@ def calibrated_profile(folder: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1024,16384", help="GPU counts (each with its bound: 1024, 16384)")
-    parser.add_argument("--shapes", default=",".join([*SHAPES, PREDICT]))
+    parser.add_argument("--shapes", default=",".join([*SHAPES, PREDICT]),
+                        help=f"default: every shape held to a bound; also {', '.join(EXTRA)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--huge", action="store_true", help=f"also {', '.join(HUGE)} at 100,000 GPUs")
     parser.add_argument("--profile", type=Path, help="calibration profile for `predict` (default: calibrate one)")
@@ -137,9 +144,9 @@ def main() -> int:
     if unknown:
         parser.error(f"--sizes: no bound for {unknown}; one of {sorted(BOUNDS)}")
     names = [n for n in args.shapes.split(",") if n]
-    bad = [n for n in names if n not in SHAPES and n != PREDICT]
+    bad = [n for n in names if n not in SHAPES and n not in EXTRA and n != PREDICT]
     if bad:
-        parser.error(f"--shapes: unknown {bad}; one of {[*SHAPES, PREDICT]}")
+        parser.error(f"--shapes: unknown {bad}; one of {[*SHAPES, PREDICT, *EXTRA]}")
     gansim = [sys.executable, "-m", "gansim"]
     load = os.getloadavg()
     rows = []
@@ -156,7 +163,7 @@ def main() -> int:
                                   gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)],
                                   dict(extra_env)))
                     continue
-                shape = SHAPES[name]
+                shape = SHAPES.get(name) or EXTRA[name]
                 path = scenario_file(folder, shape, gpus)
                 cases.append((name, shape.what, gpus, gansim + ["simulate", str(path), "--out",
                                                                   str(folder / "out" / path.stem)], dict(extra_env)))

@@ -453,7 +453,7 @@ class UncontendedPlay:
         before, after = t_ring[1:], finish_ring[:n_part]
         latency = self.plan.shapes[0].latency
         windows, divided, window_bytes = views.windows, views.divided, views.window_bytes
-        scaled = views.scaled if views.scaled is not None else None
+        scaled = views.scaled
         reduce = views.reduce
         maximum, add = np.maximum, np.add
         for k in range(first, len(windows)):
