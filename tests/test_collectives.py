@@ -333,3 +333,30 @@ def test_a_step_that_names_its_window_is_that_window_of_its_arrays(algorithm):
                         assert np.array_equal(mine.base.ravel()[step.window:step.window + mine.size], mine)
     if algorithm in ("ring", "nccl"):
         assert named > 0
+
+
+def test_a_rings_steps_made_when_asked_for_are_the_steps_a_list_would_hold():
+    """A ring's steps are made on demand (32,766 at 16,384 ranks): every way of asking
+    (index, negative index, slice, iteration) gives the same transfers, and what the schedule
+    tells of all of them at once (windows, reductions, count) is what each step says."""
+    from gansim.collectives.schedules import _RingSteps
+
+    schedule = build_schedule("ring", 6, 1003)
+    steps = schedule.steps
+    assert isinstance(steps, _RingSteps) and len(steps) == 10
+    listed = list(steps)
+    for k in range(-10, 10):
+        a, b = steps[k], listed[k]
+        assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("src", "dst", "lo", "hi", "size"))
+        assert (a.reduce, a.window) == (b.reduce, b.window)
+    assert [s.window for s in steps[2:7]] == [s.window for s in listed[2:7]]
+    with pytest.raises(IndexError):
+        steps[10]
+    base, windows = schedule.size_windows()
+    assert windows == [s.window for s in listed] and all(s.size.base is base for s in listed)
+    assert schedule.reduces() == [s.reduce for s in listed] == [True] * 5 + [False] * 5
+    assert schedule.transfers() == sum(len(s) for s in listed) == 60
+    assert schedule.one_pairing()
+    # the integer segments differ by one element; every transfer is timed on the equal share
+    assert {int(h - lo) for s in listed for h, lo in zip(s.hi, s.lo)} == {167, 168}
+    assert all((s.size == 1003 / 6).all() for s in listed)
