@@ -350,6 +350,11 @@ def test_a_rings_steps_made_when_asked_for_are_the_steps_a_list_would_hold():
         assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("src", "dst", "lo", "hi", "size"))
         assert (a.reduce, a.window) == (b.reduce, b.window)
     assert [s.window for s in steps[2:7]] == [s.window for s in listed[2:7]]
+    bounds = segment_bounds(1003, 6)
+    j = np.arange(6)
+    for s in range(5):  # reduce-scatter step s: position j sends segment (j - s) mod n; all-gather (j + 1 - s)
+        assert np.array_equal(steps[s].lo, bounds[(j - s) % 6]) and np.array_equal(steps[s].hi, bounds[(j - s) % 6 + 1])
+        assert np.array_equal(steps[5 + s].lo, bounds[(j + 1 - s) % 6])
     with pytest.raises(IndexError):
         steps[10]
     base, windows = schedule.size_windows()
