@@ -139,7 +139,7 @@ def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapola
     hundred where they settle into a regime, the same figures as the whole ring played step
     by step. Ranks that join at other times in each machine repeat too; ranks that do not
     repeat are not played so. With 3 chunks and a reduction cost, the all-gather after the
-    reduce-scatter does not settle (its steps take 117 to 123 us, in no period of 64 steps):
+    reduce-scatter does not settle into a period of 64 steps (its steps vary, by a few us):
     the ring of 8 is played step by step, to the same figures."""
     p = 512
     latency = np.tile([3e-6] * 7 + [10e-6], p // 8)
