@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gansim.collectives.uncontended import PlayPlan, UncontendedPlay
+from gansim.collectives.uncontended import PlayPlan, UncontendedPlay, shortest_period
 
 # Chunked rings of fewer transfers (over all chunks) stay on the flow network, which keeps
 # every transfer for the run's details (trace) and its figures to the last digit; a play
@@ -185,7 +185,7 @@ def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.
     the plays do not settle, the ring of P is played step by step."""
     p = entry.size
     same = amounts.same()
-    period = _period(p, latency, rate, entry)
+    period = shortest_period(latency, rate, entry)
     if same is None or period is None or period == p:
         return None
     k1 = int(np.count_nonzero(reduce))
@@ -224,15 +224,6 @@ def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.
     m1, m2 = (k1 - start1) // q, (k2 - start2) // q
     return tile((exits + m1 * by[0][0] + m2 * by[1][0] + origin, first + origin,
                  last + m1 * by[0][1] + m2 * by[1][1] + origin))
-
-
-def _period(p: int, *arrays: np.ndarray) -> int | None:
-    """The shortest P (dividing p, at most 64) every array repeats with; None if none."""
-    for period in range(1, min(p, 64) + 1):
-        if p % period == 0 and all(
-                (a.reshape(p // period, period) == a[:period]).all() for a in arrays):
-            return period
-    return None
 
 
 def _tiler(copies: int):

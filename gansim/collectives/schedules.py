@@ -271,7 +271,7 @@ def _ring_steps(
     steps: list[Step | None] = []
     for reduce in phases:
         for s in range(n - 1):
-            start = n - s + (0 if reduce else 1)
+            start = _window_start(n, s, reduce)
             window = slice(start, start + n)
             lo = (lo3[window] if by_position else lo3[:, window]).reshape(-1)
             hi = (hi3[window] if by_position else hi3[:, window]).reshape(-1)
@@ -285,6 +285,12 @@ def _ring_steps(
             at = start * rings if by_position else -1  # lo3 / hi3 / size3 rows: a view from there
             steps.append(Step._of_read_only(src, dst, lo, hi, reduce, at, size))
     return steps
+
+
+def _window_start(n: int, s: int, reduce: bool) -> int:
+    """Where step s of a ring phase of n positions starts in the tiled segments: position j
+    sends segment (j - s) mod n in the reduce-scatter, (j + 1 - s) mod n in the all-gather."""
+    return n - s + (0 if reduce else 1)
 
 
 class _RingSteps(Sequence[Step]):
@@ -322,21 +328,21 @@ class _RingSteps(Sequence[Step]):
         return int(self._arrays[0].size)
 
     def size_windows(self) -> tuple[np.ndarray, list[int]]:
-        return self._arrays[4], [self._window_start(k) * self._rings for k in range(len(self))]
+        return self._arrays[4], [self._start(k)[0] * self._rings for k in range(len(self))]
 
     def reduces(self) -> list[bool]:
         return [reduce for reduce in self._phases for _ in range(self._n - 1)]
 
-    def _window_start(self, k: int) -> int:
+    def _start(self, k: int) -> tuple[int, bool]:
+        """Where step k's window starts in the tiled arrays' positions, and whether it reduces."""
         phase, s = divmod(k, self._n - 1)
-        return self._n - s + (0 if self._phases[phase] else 1)
+        reduce = self._phases[phase]
+        return _window_start(self._n, s, reduce), reduce
 
     def _step(self, k: int) -> Step:
         src, dst, lo3, hi3, size3 = self._arrays
         n = self._n
-        phase, s = divmod(k, n - 1)
-        reduce = self._phases[phase]
-        start = n - s + (0 if reduce else 1)
+        start, reduce = self._start(k)
         window = slice(start, start + n)
         return Step._of_read_only(src, dst, lo3[window].reshape(-1), hi3[window].reshape(-1), reduce,
                                   start * self._rings, size3[window].reshape(-1))

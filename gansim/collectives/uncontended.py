@@ -568,13 +568,18 @@ def _maxplus_apply(matrix: np.ndarray, state: np.ndarray) -> np.ndarray:
 
 
 def _rate_period(rate: np.ndarray, base_size: int) -> int | None:
-    """The shortest period P (dividing rate.size, at most _RATE_PERIOD_MAX) with which `rate`
-    repeats, where P arrays of `base_size` stay within _BASE_DURATIONS_MAX_ELEMENTS; else None."""
-    n = rate.size
-    for period in range(1, min(n, _RATE_PERIOD_MAX) + 1):
-        if n % period == 0 and period * base_size <= _BASE_DURATIONS_MAX_ELEMENTS:
-            if np.array_equal(rate.reshape(n // period, period), np.broadcast_to(rate[:period], (n // period, period))):
-                return period
+    """The shortest period P with which `rate` repeats (shortest_period), where P arrays of
+    `base_size` stay within _BASE_DURATIONS_MAX_ELEMENTS; else None."""
+    return shortest_period(rate, longest=min(_RATE_PERIOD_MAX, _BASE_DURATIONS_MAX_ELEMENTS // max(base_size, 1)))
+
+
+def shortest_period(*arrays: np.ndarray, longest: int = _RATE_PERIOD_MAX) -> int | None:
+    """The shortest P (dividing their length, at most `longest`) with which every one of
+    these arrays of one length repeats; None if none does."""
+    n = arrays[0].size
+    for period in range(1, min(n, longest) + 1):
+        if n % period == 0 and all(_repeats(a, (n // period, period)) for a in arrays):
+            return period
     return None
 
 
