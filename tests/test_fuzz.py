@@ -298,7 +298,7 @@ def limit_cases() -> Iterator[Case]:
         yield Case(f"limit-topology-{name}", ["topology", "show", "{dir}/t.yaml"],
                    {"t.yaml": {"name": "t", "generator": generator, "params": params}}, env, "GANSIM_MAX_")
     yield Case("limit-tasks", ["predict", "--profile", "{profile}", "--world-sizes", "1,64"], {},
-               {"GANSIM_MAX_TASKS": "100000"}, "GANSIM_MAX_TASKS")
+               {"GANSIM_MAX_TASKS": "1000"}, "GANSIM_MAX_TASKS")
     yield Case("limit-explicit-topology", ["topology", "show", "{dir}/t.yaml"], {"t.yaml": BOX},
                {"GANSIM_MAX_RANKS": "1"}, "GANSIM_MAX_RANKS")
     yield Case("limit-yaml-nodes", ["simulate", "{dir}/s.yaml"], {"s.yaml": GOOD}, {"GANSIM_MAX_YAML_NODES": "10"},

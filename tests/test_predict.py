@@ -165,3 +165,37 @@ def test_validating_a_profile_of_one_run_has_no_measured_speedup(tmp_path, capsy
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["world_size"] == 2 and row["measured_speedup"] is None and row["predicted_speedup"] > 1
     assert json.loads((tmp_path / "v" / "validation.json").read_text())["rows"][0]["measured_speedup"] is None
+
+
+def test_a_cpu_ddp_run_whose_first_bucket_meets_the_backward_plays_the_rest_of_it(monkeypatch):
+    """On CPU ranks each rank's core both computes and moves its messages. With DDP the
+    generator's first bucket is all-reduced while the rest of its backward runs on the same
+    cores, so only the first steps of that ring meet other work: those are played on the flow
+    network and the rest by the recurrence (gansim/training/step.py, _longer_heads), which
+    gives the figures of the run played wholly on the flow network."""
+    from gansim.collectives import uncontended
+    from gansim.training import step as training_step
+
+    runs = []
+    simulate_run = training_step._simulate
+
+    def spy(*args, **kwargs):
+        timeline = simulate_run(*args, **kwargs)
+        runs.append(([span.play.first_step for span in timeline.spans if span.play is not None],
+                     training_step._what_was_shared(timeline)))
+        return timeline
+
+    monkeypatch.setattr(training_step, "_simulate", spy)
+    p = profile(mode="ddp", cv=0.1)
+    played = predict(p, [64])[0]
+    heads = [first for first in runs[-1][0] if first > 0]
+    assert runs[-1][1] is None and heads, runs  # the run that counted: plays with heads, nothing met
+    assert len(runs[-1][0]) > len(heads)  # the other all-reduces are played whole
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 10**18)
+    runs.clear()
+    flowed = predict(p, [64])[0]
+    assert runs[-1][0] == []  # wholly on the flow network
+    assert played.step_time_s == pytest.approx(flowed.step_time_s, rel=1e-9)
+    assert played.record.allreduce_time_s == pytest.approx(flowed.record.allreduce_time_s, rel=1e-9)
+    for key, value in flowed.record.breakdown.to_dict().items():
+        assert played.record.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key

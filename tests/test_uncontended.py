@@ -27,6 +27,14 @@ TOPOLOGIES = {
                          for i in range(6)]
                + [{"a": f"h{i}", "b": "sw", "kind": "net", "bandwidth_GBps": 25.0, "latency_us": 2.0}
                   for i in range(6)]},
+    # CPU ranks, whose cores move their messages: a core carries its rank's send and its
+    # receive at the loopback's 5 GB/s each (gansim/network/cluster.py gives it twice the
+    # rate); the host's cores are not counted (a pool of unlimited capacity). A loopback of
+    # 500 us makes a ring long beside a GAN's backward, which meets only its first steps.
+    "cpu_host": {"nodes": [{"id": "host", "kind": "host"}]
+                 + [{"id": f"cpu{i}", "kind": "cpu", "host": "host", "threads": 1, "tflops": 0.2} for i in range(12)],
+                 "links": [{"a": f"cpu{i}", "b": "host", "kind": "loopback", "bandwidth_GBps": 5.0, "latency_us": 500.0}
+                           for i in range(12)]},
 }
 GAN = {"name": "small-gan", "bytes_per_param": 4, "networks": {
     "discriminator": {"params": 233985, "forward_s": 0.0004, "backward_s": 0.0008, "optimizer_s": 0.0001},
@@ -123,6 +131,62 @@ def test_a_schedule_whose_pairs_share_a_link_in_one_step_is_not_played(monkeypat
     workload = {"allreduce_bytes": 4 * 100_003}
     _, plays = run(monkeypatch, "switch", "reduce_to_one", workload, plays=True)
     assert plays == 0
+
+
+def test_a_cpu_core_that_cannot_move_a_send_and_a_receive_at_once_is_contention(monkeypatch):
+    """A CPU rank's core is rated at twice its slowest link; with a second, slower link (1 GB/s,
+    to a NIC the ring does not use: routes take the loopback's lower latency) it carries 2 GB/s, less than the send and the receive of a
+    ring step want over the 5 GB/s loopback: the ring is not played, and on the flow network
+    each transfer gets half of each core, 1 GB/s."""
+    topology = TOPOLOGIES["cpu_host"]
+    monkeypatch.setitem(TOPOLOGIES, "cpu_nic", {
+        "nodes": topology["nodes"] + [{"id": "nic", "kind": "switch"}],
+        "links": topology["links"] + [{"a": f"cpu{i}", "b": "nic", "kind": "net", "bandwidth_GBps": 1.0,
+                                       "latency_us": 5000.0} for i in range(12)]})
+    workload = {"allreduce_bytes": 4 * 100_003}
+    played, plays = run(monkeypatch, "cpu_nic", "ring", workload, plays=True)
+    flowed, _ = run(monkeypatch, "cpu_nic", "ring", workload, plays=False)
+    assert plays == 0
+    assert played == flowed
+    p, n = 12, workload["allreduce_bytes"]
+    assert flowed.allreduce_time_s > 2 * (p - 1) / p * n / 1e9
+    _, fits = run(monkeypatch, "cpu_host", "ring", workload, plays=True)
+    assert fits == 3
+
+
+@pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "compute_cv": 0.1}])
+def test_a_ring_whose_first_steps_meet_the_backward_on_cpu_cores_plays_the_rest(monkeypatch, options):
+    """With DDP on CPU ranks, the generator's first bucket is all-reduced while the rest of
+    its backward runs on the cores that move the bucket's messages: the run is played again
+    with the ring's first steps on the flow network and the rest played, which gives the
+    figures, and the trace, of the run played wholly on the flow network."""
+    import json
+
+    from gansim.outputs.trace import chrome_trace
+
+    def simulate(plays: bool) -> tuple[RunRecord, list[int], dict]:
+        monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0 if plays else 10**18)
+        topo = topology_from_dict({"name": "cpu_host", **TOPOLOGIES["cpu_host"]}, "test")
+        scenario = Scenario(name="t", topology="t", workload="paper-mlp-gan", gpus=[12], algorithms=["ring"], steps=3,
+                            options=TrainingOptions(**options))
+        box: dict = {"heads": []}
+
+        def look(timeline) -> None:
+            box["heads"] = [span.play.first_step for span in timeline.spans if span.play is not None]
+            box["trace"] = json.loads(chrome_trace(timeline, "t"))
+
+        record = simulate_point(scenario, topo, 12, "ring", on_timeline=look, keep_transfers=10**6)
+        return record, box["heads"], box["trace"]
+
+    played, heads, played_trace = simulate(True)
+    flowed, none, flowed_trace = simulate(False)
+    assert none == [] and heads and any(first > 0 for first in heads), heads
+    assert_same(played, flowed)
+    for cat in ("send", "all-reduce steps"):
+        def events(doc):
+            return sorted((e["ts"], e["dur"], e["pid"], e["name"], json.dumps(e.get("args"), sort_keys=True))
+                          for e in doc["traceEvents"] if e.get("cat") == cat)
+        assert events(played_trace) and events(played_trace) == events(flowed_trace), cat
 
 
 class _Spans:

@@ -64,12 +64,17 @@ class Communicator:
     # `keep_transfers` transfers, in all, for its details
     uncontended_min_transfers: int | None = None
     keep_transfers: int = 0
+    # per collective (its index in `spans`): how many of its first steps to play on the flow
+    # network before the rest is played, where other work met its start (training/step.py)
+    head_steps: dict[int, int] = field(default_factory=dict)
     spans: list[CollectiveSpan] = field(default_factory=list)
     _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
     _budget: TransferBudget | None = None
     # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
     # plan, or None where it is contended
     _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
+    # per (schedule, steps in its head): the schedule (kept alive) and its two parts
+    _splits: dict[tuple[int, int], tuple[Schedule, Schedule, Schedule]] = field(default_factory=dict)
     _nccl: nccl.NcclState | None = field(default=None, repr=False)
 
     @classmethod
@@ -87,6 +92,13 @@ class Communicator:
             self._plans[key] = (schedule, PlayPlan.build(self.cluster, schedule, _participants(self.cluster, schedule),
                                                          nbytes))
         return self._plans[key][1]
+
+    def split(self, schedule: Schedule, head: int) -> tuple[Schedule, Schedule]:
+        """schedule.split(head), made once per schedule (plans are kept per schedule)."""
+        key = (id(schedule), head)
+        if key not in self._splits:
+            self._splits[key] = (schedule, *schedule.split(head))
+        return self._splits[key][1:]
 
     def nccl(self) -> nccl.NcclState:
         """NCCL's view of this run's machine and its tuning (built on first use)."""
@@ -239,11 +251,16 @@ class FlowModel(CostModel):
         schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
         if (comm.uncontended_min_transfers is not None and comm.chunks == 1
                 and schedule.transfers() >= comm.uncontended_min_transfers):
-            plan = comm.play_plan(schedule, nbytes)
+            head = comm.head_steps.get(len(comm.spans), 0)
+            played = comm.split(schedule, head)[1] if head else schedule
+            plan = comm.play_plan(played, nbytes)
             if plan is not None:
+                if head:  # its first steps on the flow network, beside the work that met them
+                    entry = play_schedule(comm, entry, comm.split(schedule, head)[0], nbytes, label)
                 if comm._budget is None:
                     comm._budget = TransferBudget(comm.keep_transfers)
-                play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget)
+                play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget,
+                                                    first_step=head)
                 return play_uncontended(comm, entry, play, label)
         if (comm.uncontended_min_transfers is not None and comm.chunks > 1 and comm.algorithm == "ring"
                 and schedule.transfers() * comm.chunks >= max(comm.uncontended_min_transfers,

@@ -18,7 +18,7 @@ transfers and is built in a few tens of milliseconds.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence, overload
 
 import numpy as np
@@ -157,6 +157,12 @@ class Schedule:
         if isinstance(self.steps, _RingSteps):
             return self.steps.reduces()
         return [s.reduce for s in self.steps]
+
+    def split(self, k: int) -> tuple["Schedule", "Schedule"]:
+        """Its first k steps and the rest, each a schedule of the same all-reduce: played one
+        after the other, with each participant's end of the first as its start of the second,
+        they are this schedule (every step waits only for its participants' earlier steps)."""
+        return replace(self, steps=tuple(self.steps[:k])), replace(self, steps=tuple(self.steps[k:]))
 
 
 ALGORITHMS: Registry[Builder] = Registry("all-reduce algorithm")

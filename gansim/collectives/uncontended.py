@@ -2,12 +2,15 @@
 
 A schedule is *uncontended* when, on every resource its transfers cross, (1) within a
 step only one pair of participants crosses it (several transfers of one pair in one step,
-as channels are, move as one), and (2) every pair that ever crosses it shares one
-participant. The per-rank rendezvous then orders every two transfers on a resource (the
-later one waits for that participant's earlier step), so no two of them ever share it:
-each takes its route's latency, then its bytes at its route's slowest capacity (over the
-route's weight on it: a copy staged in host memory weighs 2 on that memory), exactly what
-the flow network gives a flow that is alone on its route. The whole collective is then
+as channels are, move as one), or the pairs that do fit on it at once (their rates alone
+add up to no more than its capacity: a CPU rank's core moving its send and its receive),
+and (2) every pair that ever crosses it shares one participant. The per-rank rendezvous
+then orders the transfers of different steps on a resource (the later one waits for that
+participant's earlier step), so no resource ever binds: each transfer takes its route's
+latency, then its bytes at its route's slowest capacity (over the route's weight on it: a
+copy staged in host memory weighs 2 on that memory), exactly what the flow network gives
+a flow that is alone on its route. Resources of unlimited capacity (a host's cores when
+they are not counted) never bind and are left out of both rules. The whole collective is then
 a max-plus recurrence over its steps, vectorised over the transfers of a step: no task per
 transfer and no event per step, so a ring over 16,384 ranks (half a billion transfers) is
 32,766 steps of a few numpy operations.
@@ -131,9 +134,9 @@ class PlayPlan:
             index = by_arrays.get(key)
             if index is None:
                 shape = _shape(cluster, participants, step)
-                flow, res = net.route_pairs(shape.route)
-                # (1) within a step, one pair per resource
-                if np.unique(res).size != res.size:
+                flow, res, weights = net.binding_pairs(shape.route)
+                # (1) within a step, one pair per resource, or pairs that all fit on it at once
+                if not _fits_in_a_step(net, shape, flow, res, weights):
                     return None
                 pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
                 index = by_arrays[key] = len(shapes)
@@ -156,7 +159,7 @@ class PlayPlan:
             offsets = np.cumsum([0] + [self.shapes[k].src.size for k in shapes])
             flows, resources = [], []
             for k, at in zip(shapes, offsets.tolist()):
-                flow, res = net.route_pairs(self.shapes[k].route)
+                flow, res, _ = net.binding_pairs(self.shapes[k].route)
                 flows.append(flow + at)
                 resources.append(res)
             used, inverse = np.unique(np.concatenate(resources), return_inverse=True)
@@ -293,6 +296,7 @@ class UncontendedPlay:
     gamma_s_per_byte: float
     entry: np.ndarray  # per rank: the task after which it joins (-1: from the start)
     budget: TransferBudget = field(default_factory=TransferBudget)  # transfers it may keep
+    first_step: int = 0  # the schedule's first step is this step of the collective (a played tail)
     exit_times: np.ndarray | None = None
     early_exit: bool = False  # a rank would have left before the last one joined
     recorded: Recorded | None = None
@@ -381,7 +385,7 @@ class UncontendedPlay:
             if last_step[index] == k:
                 last_end[index] = finish.copy()
             if recording.wanted:
-                recording.add(k, shape, step, start, finish, t)
+                recording.add(self.first_step + k, shape, step, start, finish, t)
         if rest < len(plan.schedule.steps):
             finish = self._periodic_ring(views, rest, t_ring, finish_ring)
             if finish is not None:
@@ -581,6 +585,21 @@ def shortest_period(*arrays: np.ndarray, longest: int = _RATE_PERIOD_MAX) -> int
         if n % period == 0 and all(_repeats(a, (n // period, period)) for a in arrays):
             return period
     return None
+
+
+def _fits_in_a_step(net, shape: _Shape, flow: np.ndarray, res: np.ndarray,
+                    weights: np.ndarray | None) -> bool:
+    """Rule (1) of the module's docstring, for one step's slots (rows `flow`, `res` of their
+    binding resources, and their weights): every resource is crossed by one slot, or by slots
+    whose rates alone (each its route's slowest capacity) add up to no more than its
+    capacity, so that it never binds: a CPU rank's core, which moves its send and its receive
+    at once at its loopback's rate each (gansim/network/cluster.py), is such a resource."""
+    if np.unique(res).size == res.size:
+        return True
+    load = shape.rate[flow] * (1.0 if weights is None else weights)
+    used = np.bincount(res, weights=load, minlength=net.capacity.size)
+    crossed = np.unique(res)
+    return bool((used[crossed] <= net.capacity[crossed]).all())
 
 
 def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:

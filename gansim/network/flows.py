@@ -158,6 +158,12 @@ class FlowNetwork:
             self._route_wflat = np.concatenate([np.ones(len(r)) if w is None else w
                                                 for r, w in zip(self._route_links, self._route_weights)])
         self._route_lat = np.array(self._route_latency)
+        # the same without the resources of unlimited capacity, which never bind
+        finite = np.isfinite(self.capacity[self._route_flat])
+        kept = np.bincount(np.repeat(np.arange(lengths.size), lengths)[finite], minlength=lengths.size)
+        self._bind_ptr = np.concatenate([[0], np.cumsum(kept)])
+        self._bind_flat = self._route_flat[finite]
+        self._bind_wflat = self._route_wflat[finite] if self._weighted_routes else None
         self._csr_routes = len(self._route_links)
 
     def route_pairs(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,6 +173,15 @@ class FlowNetwork:
         starts = self._route_ptr[routes]
         at, pair_flow = ragged(starts, self._route_ptr[routes + 1] - starts)
         return pair_flow, self._route_flat[at]
+
+    def binding_pairs(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """route_pairs(routes) and their weights (None: all 1) without the resources of
+        unlimited capacity (a host's cores when not counted): a flow's share of such a
+        resource is unlimited, so they take no part in the max-min rates or in contention."""
+        self._sync_routes()
+        starts = self._bind_ptr[routes]
+        at, pair_flow = ragged(starts, self._bind_ptr[routes + 1] - starts)
+        return pair_flow, self._bind_flat[at], None if self._bind_wflat is None else self._bind_wflat[at]
 
     def route_pairs_on(self, routes: np.ndarray, wanted: np.ndarray,
                        rows_per_batch: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
@@ -308,9 +323,8 @@ class FlowNetwork:
         key = b"s" + sorted_routes.tobytes()
         sorted_rates = self._rate_cache.get(key)
         if sorted_rates is None:
-            pair_flow, pair_res = self.route_pairs(sorted_routes)
-            sorted_rates = max_min_rates(pair_flow, pair_res, flows, self.capacity,
-                                         self.route_pair_weights(sorted_routes))
+            pair_flow, pair_res, pair_weight = self.binding_pairs(sorted_routes)
+            sorted_rates = max_min_rates(pair_flow, pair_res, flows, self.capacity, pair_weight)
             self.rate_computations += 1
             self._remember(key, sorted_rates)
         rates = np.empty(flows)

@@ -226,22 +226,21 @@ def _step_parts(timeline: RunTimeline, span, entry_end: np.ndarray, until: float
     """A collective's steps on each rank: from the end of the rank's previous step (or its
     entry) to the end of this one."""
     g, ex = timeline.graph, timeline.execution
-    if span.play is not None:
-        rec = span.play.recorded
-        if rec is None:
-            return []
+    # the steps on the flow network (all of them, or a played collective's first ones), then
+    # the ones its play kept
+    lo, hi = span.transfers
+    ids = np.arange(lo, hi)
+    step_done = names.id(f"{span.label}: step done")
+    done = ids[(g.kind[ids] == DELAY) & (g.label[ids] == step_done) & (g.rank[ids] >= 0) & (g.rank[ids] < shown)]
+    rank, step, end = g.rank[done], g.detail[done], ex.end[done]
+    rec = span.play.recorded if span.play is not None else None
+    if rec is not None:
         mine = rec.done_participant < shown
-        rank, step, end = rec.done_participant[mine], rec.done_step[mine], rec.done_end[mine]
-        order = np.lexsort((step, rank))
-        rank, step, end = rank[order], step[order], end[order]
-    else:
-        lo, hi = span.transfers
-        ids = np.arange(lo, hi)
-        step_done = names.id(f"{span.label}: step done")
-        done = ids[(g.kind[ids] == DELAY) & (g.label[ids] == step_done) & (g.rank[ids] >= 0) & (g.rank[ids] < shown)]
-        order = np.lexsort((done, g.rank[done]))
-        done = done[order]
-        rank, step, end = g.rank[done], g.detail[done], ex.end[done]
+        rank = np.concatenate([rank, rec.done_participant[mine]])
+        step = np.concatenate([step, rec.done_step[mine]])
+        end = np.concatenate([end, rec.done_end[mine]])
+    order = np.lexsort((step, rank)) if span.play is not None else np.lexsort((done, g.rank[done]))
+    rank, step, end = rank[order], step[order], end[order]
     if not rank.size:
         return []
     first = np.ones(rank.size, dtype=bool)
@@ -260,20 +259,21 @@ def _send_parts(timeline: RunTimeline, span, until: float, shown: int,
     non-rank sender)."""
     g, ex = timeline.graph, timeline.execution
     p = timeline.cluster.ranks
-    if span.play is not None:
-        rec = span.play.recorded
-        if rec is None:
-            return []
-        owner = np.where(rec.src < p, rec.src, rec.dst)
-        keep = (rec.start < until) & (rec.end > rec.start) & (owner < shown)
-        return [_part(owner[keep], 5, rec.start[keep], rec.end[keep], names.id(f"{span.label}: transfer"),
-                      rec.route[keep], rec.amount[keep], rec.step[keep])]
+    # the transfers on the flow network (all of them, or a played collective's first steps'),
+    # then the ones its play kept
     lo, hi = span.transfers
     ids = np.arange(lo, hi)
     sel = ids[(g.kind[ids] == FLOW) & (ex.start[ids] < until) & (ex.end[ids] > ex.start[ids]) & (g.rank[ids] >= 0)
               & (g.rank[ids] < shown)]
-    return [_part(g.rank[sel], 5, ex.start[sel], ex.end[sel], g.label[sel], g.route[sel], g.amount[sel],
-                  g.detail[sel])]
+    parts = [_part(g.rank[sel], 5, ex.start[sel], ex.end[sel], g.label[sel], g.route[sel], g.amount[sel],
+                   g.detail[sel])]
+    rec = span.play.recorded if span.play is not None else None
+    if rec is not None:
+        owner = np.where(rec.src < p, rec.src, rec.dst)
+        keep = (rec.start < until) & (rec.end > rec.start) & (owner < shown)
+        parts.append(_part(owner[keep], 5, rec.start[keep], rec.end[keep], names.id(f"{span.label}: transfer"),
+                           rec.route[keep], rec.amount[keep], rec.step[keep]))
+    return parts
 
 
 def link_intervals(timeline: RunTimeline, until: float) -> tuple[np.ndarray, ...]:

@@ -353,36 +353,44 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     the details; from UNCONTENDED_MIN_RANKS GPU ranks, compute phases, input phases and
     host-to-device copies alone on their resources are delays. If, after the run, such a
     delay turns out to have shared its resources with something (fp16 compression beside
-    the next bucket's backward on one GPU), the run is played again with that work as flows;
-    if a play did, wholly on the flow network."""
+    the next bucket's backward on one GPU), the run is played again with that work as flows.
+    If a play did, and only its first steps met other work (a CPU rank's core still computing
+    the backward while DDP's first bucket is all-reduced on it), the run is played again with
+    those first steps on the flow network and the rest played (`_longer_heads`); else wholly
+    on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
+    alone, heads = uncontended, {}
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
-                         uncontended, pooled=uncontended)
-    shared = _what_was_shared(timeline)
-    if shared == _WORK:
-        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
-                             False)
+                         alone, pooled=uncontended, heads=heads)
+    for _ in range(_MAX_REPLAYS):
         shared = _what_was_shared(timeline)
-    if shared is not None:
-        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False)
-    return timeline
+        if shared is None:
+            return timeline
+        if shared == _WORK and alone:
+            alone = False
+        elif shared == _PLAYS and (longer := _longer_heads(timeline, heads)) is not None:
+            heads = longer
+        else:
+            break
+        timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
+                             alone, heads=heads)
+    return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False)
 
 
 # what _what_was_shared finds: a play met something, or only work timed as alone did
 _PLAYS, _WORK = "plays", "work"
+# runs played again before the flow network plays the whole run
+_MAX_REPLAYS = 8
 
 
-def _what_was_shared(timeline: RunTimeline) -> str | None:
-    """_PLAYS when a play shared a resource at the same time with anything else (a flow,
-    another play, a delay timed as alone on its route) or left a rank early; else _WORK when
-    such a delay shared one with a flow or another such delay, or input phases timed on a
-    shared pool met on it; else None. Host core pools
-    that cannot bind (Cluster.idle_pools) are no one's to share."""
+def _shared_rows(timeline: RunTimeline) -> tuple[list[uncontended_plays.UncontendedPlay], tuple[np.ndarray, ...],
+                                                  tuple[np.ndarray, ...]]:
+    """The run's plays; and, as (resource, start, end) rows, its flows on the resources that
+    plays or work timed as alone used, and that work's own. Host core pools that cannot
+    bind (Cluster.idle_pools) are no one's to share."""
     g, ex = timeline.graph, timeline.execution
     plays = [span.play for span in timeline.spans if span.play is not None]
     alone = np.flatnonzero(ran_alone(g.kind, g.route))
-    if not plays and not alone.size:
-        return _WORK if groups_overlap(timeline.pooled) else None
     network = timeline.cluster.network
     alone_row, alone_resource = network.route_pairs(g.route[alone])
     idle = np.zeros(network.capacity.size, dtype=bool)
@@ -398,6 +406,18 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     flow_row, flow_resource = network.route_pairs_on(g.route[flows], wanted)
     flow_rows = (flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row])
     alone_rows = (alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
+    return plays, flow_rows, alone_rows
+
+
+def _what_was_shared(timeline: RunTimeline) -> str | None:
+    """_PLAYS when a play shared a resource at the same time with anything else (a flow,
+    another play, a delay timed as alone on its route) or left a rank early; else _WORK when
+    such a delay shared one with a flow or another such delay, or input phases timed on a
+    shared pool met on it; else None."""
+    g = timeline.graph
+    if not any(span.play is not None for span in timeline.spans) and not ran_alone(g.kind, g.route).any():
+        return _WORK if groups_overlap(timeline.pooled) else None
+    plays, flow_rows, alone_rows = _shared_rows(timeline)
     # first as flows would be (a play beside them stays contended whatever they become)
     if plays and uncontended_plays.contended(plays, *(np.concatenate(x) for x in zip(flow_rows, alone_rows))):
         return _PLAYS
@@ -406,9 +426,45 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     return _WORK if uncontended_plays.contended([], *flow_rows, *alone_rows) else None
 
 
+def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int] | None:
+    """Per collective (its index among the run's), how many first steps to play on the flow
+    network so that what met its play meets only those: the steps the play took until the
+    last of the work that met it ended (its share of the play's time, as a ring's steps take
+    alike), a quarter more, and at least twice as many as before. None where that cannot
+    help: a play met something until its end, left a rank early, or would need half its
+    steps or more on the flow network."""
+    plays, flow_rows, alone_rows = _shared_rows(timeline)
+    res, lo, hi = (np.concatenate(x) for x in zip(flow_rows, alone_rows))
+    owner = np.full(res.size, -1)
+    spans = [play.resource_spans() for play in plays]
+    res, lo, hi = (np.concatenate([a, *(span[i] for span in spans)]) for i, a in enumerate((res, lo, hi)))
+    owner = np.concatenate([owner, *(np.full(span[0].size, i) for i, span in enumerate(spans))])
+    indices = [k for k, span in enumerate(timeline.spans) if span.play is not None]
+    longer = dict(heads)
+    for i, (play, (used, first, last)) in enumerate(zip(plays, spans)):
+        if play.early_exit:
+            return None
+        play_lo = np.full(timeline.cluster.network.capacity.size, np.inf)
+        play_hi = np.full(play_lo.size, -np.inf)
+        play_lo[used], play_hi[used] = first, last
+        met = (owner != i) & (hi > play_lo[res]) & (lo < play_hi[res])
+        if not met.any():
+            continue
+        start, end, met_until = float(first.min()), float(last.max()), float(hi[met].max())
+        if met_until >= end:
+            return None
+        head = heads.get(indices[i], 0)
+        steps = len(play.plan.schedule.steps)
+        more = int(np.ceil(steps * (met_until - start) / (end - start) * 1.25)) + 1
+        longer[indices[i]] = max(2 * head, head + more)
+        if 2 * longer[indices[i]] > head + steps:
+            return None
+    return longer if longer != heads else None
+
+
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
-              alone: bool, pooled: bool = False) -> RunTimeline:
+              alone: bool, pooled: bool = False, heads: dict[int, int] | None = None) -> RunTimeline:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -416,7 +472,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
     comm = Communicator.for_options(cluster, graph, point.algorithm, point.cost_model, point.options,
                                     gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
                                     uncontended_min_transfers=uncontended_min_transfers,
-                                    keep_transfers=keep_transfers)
+                                    keep_transfers=keep_transfers, head_steps=dict(heads or {}))
     builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
@@ -438,7 +494,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
         # the run needs events after all, and pooled phases must start after every rank's
         # previous task: built again with them as flows
         return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers,
-                         uncontended_min_transfers, alone, pooled=False)
+                         uncontended_min_transfers, alone, pooled=False, heads=heads)
     execution = execute(frozen, env, cluster.network)
     return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes,
                        builder.pooled_groups)
