@@ -158,12 +158,17 @@ class FlowNetwork:
             self._route_wflat = np.concatenate([np.ones(len(r)) if w is None else w
                                                 for r, w in zip(self._route_links, self._route_weights)])
         self._route_lat = np.array(self._route_latency)
-        # the same without the resources of unlimited capacity, which never bind
+        # the same without the resources of unlimited capacity, which never bind (the same
+        # arrays where there are none)
         finite = np.isfinite(self.capacity[self._route_flat])
-        kept = np.bincount(np.repeat(np.arange(lengths.size), lengths)[finite], minlength=lengths.size)
-        self._bind_ptr = np.concatenate([[0], np.cumsum(kept)])
-        self._bind_flat = self._route_flat[finite]
-        self._bind_wflat = self._route_wflat[finite] if self._weighted_routes else None
+        if finite.all():
+            self._bind_ptr, self._bind_flat = self._route_ptr, self._route_flat
+            self._bind_wflat = self._route_wflat if self._weighted_routes else None
+        else:
+            kept = np.bincount(np.repeat(np.arange(lengths.size), lengths)[finite], minlength=lengths.size)
+            self._bind_ptr = np.concatenate([[0], np.cumsum(kept)])
+            self._bind_flat = self._route_flat[finite]
+            self._bind_wflat = self._route_wflat[finite] if self._weighted_routes else None
         self._csr_routes = len(self._route_links)
 
     def route_pairs(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -380,7 +380,7 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
 # what _what_was_shared finds: a play met something, or only work timed as alone did
 _PLAYS, _WORK = "plays", "work"
 # runs played again before the flow network plays the whole run
-_MAX_REPLAYS = 8
+_MAX_REPLAYS = 4
 
 
 def _shared_rows(timeline: RunTimeline) -> tuple[list[uncontended_plays.UncontendedPlay], tuple[np.ndarray, ...],
