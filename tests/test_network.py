@@ -156,16 +156,22 @@ def _progressive_filling(routes, capacity):
     return rates
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_max_min_rates_match_progressive_filling(shared):
-    rng = np.random.default_rng(7 + shared)
-    capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5], size=40)
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("shared", ["none", "all", "some"])
+def test_max_min_rates_match_progressive_filling(shared, seed):
+    """Flows that share no resource ("none"), that all pick theirs at random ("all"), or a
+    mix of both (flows alone on their resources beside flows that share theirs, which the
+    filling treats apart), with capacities within the freezing tolerance of each other."""
+    rng = np.random.default_rng(7 + 100 * seed + len(shared))
+    capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5, 2.5 * (1 - 2e-13)], size=60)
     routes = []
     free = list(rng.permutation(40))
-    for _ in range(12):
+    for flow in range(12):
         length = int(rng.integers(1, 4))
-        if shared:
-            routes.append(sorted(set(int(x) for x in rng.choice(40, size=length, replace=False))))
+        if shared == "all" or (shared == "some" and flow % 2):
+            # resources 40..59 are only ever shared, 0..39 handed out once each
+            pool = 60 if shared == "all" else np.arange(40, 60)
+            routes.append(sorted(set(int(x) for x in rng.choice(pool, size=length, replace=False))))
         else:
             routes.append(sorted(int(free.pop()) for _ in range(length)))
     pair_flow = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
