@@ -252,11 +252,11 @@ class FlowModel(CostModel):
         if (comm.uncontended_min_transfers is not None and comm.chunks == 1
                 and schedule.transfers() >= comm.uncontended_min_transfers):
             head = comm.head_steps.get(len(comm.spans), 0)
-            played = comm.split(schedule, head)[1] if head else schedule
+            first_steps, played = comm.split(schedule, head) if head else (None, schedule)
             plan = comm.play_plan(played, nbytes)
             if plan is not None:
-                if head:  # its first steps on the flow network, beside the work that met them
-                    entry = play_schedule(comm, entry, comm.split(schedule, head)[0], nbytes, label)
+                if first_steps is not None:  # on the flow network, beside the work that met them
+                    entry = play_schedule(comm, entry, first_steps, nbytes, label)
                 if comm._budget is None:
                     comm._budget = TransferBudget(comm.keep_transfers)
                 play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget,

@@ -594,11 +594,11 @@ def _fits_in_a_step(net, shape: _Shape, flow: np.ndarray, res: np.ndarray,
     whose rates alone (each its route's slowest capacity) add up to no more than its
     capacity, so that it never binds: a CPU rank's core, which moves its send and its receive
     at once at its loopback's rate each (gansim/network/cluster.py), is such a resource."""
-    if np.unique(res).size == res.size:
+    crossed = np.unique(res)
+    if crossed.size == res.size:
         return True
     load = shape.rate[flow] * (1.0 if weights is None else weights)
     used = np.bincount(res, weights=load, minlength=net.capacity.size)
-    crossed = np.unique(res)
     return bool((used[crossed] <= net.capacity[crossed]).all())
 
 

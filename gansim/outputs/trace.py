@@ -239,7 +239,8 @@ def _step_parts(timeline: RunTimeline, span, entry_end: np.ndarray, until: float
         rank = np.concatenate([rank, rec.done_participant[mine]])
         step = np.concatenate([step, rec.done_step[mine]])
         end = np.concatenate([end, rec.done_end[mine]])
-    order = np.lexsort((step, rank)) if span.play is not None else np.lexsort((done, g.rank[done]))
+    # a play's steps by their number; the flow network's by task (chunks restart at step 0)
+    order = np.lexsort((step, rank)) if span.play is not None else np.lexsort((done, rank))
     rank, step, end = rank[order], step[order], end[order]
     if not rank.size:
         return []

@@ -82,6 +82,13 @@ class RunTimeline:
                 amounts.append(carried)
         return self.cluster.network.carried_per_resource(np.concatenate(routes), np.concatenate(amounts))
 
+    @cached_property
+    def shared_rows(self) -> tuple[list[uncontended_plays.UncontendedPlay], tuple[np.ndarray, ...],
+                                   tuple[np.ndarray, ...]]:
+        """_shared_rows of the run, worked out once: what was shared, and how long heads
+        must be, both ask."""
+        return _shared_rows(self)
+
 
 def ddp_buckets(tensor_bytes: list[float], first_bucket: float, bucket: float) -> list[float]:
     """PyTorch DDP's bucket assignment: tensors in gradient-ready order fill a bucket until
@@ -417,7 +424,7 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     g = timeline.graph
     if not any(span.play is not None for span in timeline.spans) and not ran_alone(g.kind, g.route).any():
         return _WORK if groups_overlap(timeline.pooled) else None
-    plays, flow_rows, alone_rows = _shared_rows(timeline)
+    plays, flow_rows, alone_rows = timeline.shared_rows
     # first as flows would be (a play beside them stays contended whatever they become)
     if plays and uncontended_plays.contended(plays, *(np.concatenate(x) for x in zip(flow_rows, alone_rows))):
         return _PLAYS
@@ -433,7 +440,7 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int
     alike), a quarter more, and at least twice as many as before. None where that cannot
     help: a play met something until its end, left a rank early, or would need half its
     steps or more on the flow network."""
-    plays, flow_rows, alone_rows = _shared_rows(timeline)
+    plays, flow_rows, alone_rows = timeline.shared_rows
     res, lo, hi = (np.concatenate(x) for x in zip(flow_rows, alone_rows))
     owner = np.full(res.size, -1)
     spans = [play.resource_spans() for play in plays]
