@@ -42,15 +42,20 @@ GAN = {"name": "small-gan", "bytes_per_param": 4, "networks": {
     "data": {"host_prep_s": 0.0002, "bytes_per_sample": 3136}}
 
 
-def run(monkeypatch, topology: str, algorithm: str, workload, plays: bool, gpus: int = 12, **options):
+def run(monkeypatch, topology: str, algorithm: str, workload, plays: bool, gpus: int = 12, kept=None, **options):
+    """The run's record and how many plays it kept (`kept`, a list, gets the plays, then
+    the work each resource carried)."""
     monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0 if plays else 10**18)
     topo = topology_from_dict({"name": topology, **TOPOLOGIES[topology]}, "test")
     gpus = min(gpus, len(topo.ranks))
     scenario = Scenario(name="t", topology="t", workload=workload, gpus=[gpus], algorithms=[algorithm], steps=3,
                         options=TrainingOptions(**options))
-    seen = []
+    seen, carried = [], []
     record = simulate_point(scenario, topo, gpus, algorithm,
-                            on_timeline=lambda tl: seen.extend(s.play for s in tl.spans if s.play is not None))
+                            on_timeline=lambda tl: (seen.extend(s.play for s in tl.spans if s.play is not None),
+                                                    carried.append(tl.carried_per_resource())))
+    if kept is not None:
+        kept.extend([*seen, *carried])
     return record, len(seen)
 
 
@@ -88,6 +93,48 @@ def test_a_gan_step_with_played_allreduces_times_like_the_flow_network(monkeypat
     played, plays = run(monkeypatch, topology, "ring", "paper-mlp-gan", plays=True, **options)
     flowed, _ = run(monkeypatch, topology, "ring", "paper-mlp-gan", plays=False, **options)
     assert plays > 0
+    assert_same(played, flowed)
+
+
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+def test_a_ring_of_fewer_elements_than_ranks_is_played_as_parts_of_the_whole_ring(monkeypatch, topology):
+    """5 elements over 6 to 12 ranks: each step moves only the segments that are not empty, a
+    pairing of its own (a per-variable all-reduce of a bias), checked and kept on the whole
+    ring's pairs, with the same figures and link bytes as the flow network."""
+    workload = {"allreduce_bytes": 4 * 5}
+    played_kept: list = []
+    flowed_kept: list = []
+    played, plays = run(monkeypatch, topology, "ring", workload, plays=True, kept=played_kept)
+    flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, kept=flowed_kept)
+    assert plays == 3
+    assert all(play.plan.whole_ring is not None and len(play.plan.shapes) > 1 for play in played_kept[:3])
+    assert_same(played, flowed)
+    assert played_kept[3] == pytest.approx(flowed_kept[0], rel=1e-12)
+    assert played_kept[3].sum() > 0
+
+
+@pytest.mark.parametrize("topology", ["switch", "cpu_host"])
+def test_what_parts_of_the_whole_ring_used_is_what_each_step_on_its_own_used(monkeypatch, topology):
+    """Per-variable all-reduces of variables of 3 and 5 elements over 12 ranks, compute
+    varying by rank: each play's first and last use of every resource (what finds a play
+    that met other work) and the bytes it carried, kept on the whole ring's slots, equal
+    those kept step by step, and the run equals the flow network's."""
+    workload = {**GAN, "networks": {name: {**net, "variables": [{"size": 5, "count": 2}, {"size": 3, "count": 4}],
+                                           "params": 22} for name, net in GAN["networks"].items()}}
+    options = {"gradient_sync": "per_variable", "compute_cv": 0.3}
+    whole: list = []
+    played, plays = run(monkeypatch, topology, "ring", workload, plays=True, kept=whole, **options)
+    monkeypatch.setattr(uncontended, "_successor_ring_around", lambda *args: None)
+    apart: list = []
+    run(monkeypatch, topology, "ring", workload, plays=True, kept=apart, **options)
+    flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, **options)
+    assert plays > 0
+    assert all(play.plan.whole_ring is not None for play in whole[:plays])
+    assert all(play.plan.whole_ring is None for play in apart[:plays])
+    for kept_whole, kept_apart in zip(whole[:plays], apart[:plays]):
+        for a, b in zip(kept_whole.resource_spans(), kept_apart.resource_spans()):
+            np.testing.assert_array_equal(a, b)
+    assert whole[plays] == pytest.approx(apart[plays], rel=1e-12)
     assert_same(played, flowed)
 
 

@@ -73,6 +73,9 @@ class _Shape:
     takes_part: np.ndarray  # participant ids that take part
     ring: bool  # and participant i sends slot i (src is 0, 1, 2, ...)
     successor: bool  # and to participant i + 1 (the last to the first): the ring algorithm's steps
+    # a step that moves between some of the successor ring's pairs (PlayPlan.whole_ring): per
+    # slot, the ring's slot of its pair, on which what the play keeps of it is summed
+    ring_slot: np.ndarray | None = None
 
 
 @dataclass
@@ -104,6 +107,9 @@ class PlayPlan:
     bytes_per_element: float
     shapes: list[_Shape]
     step_shape: list[int]
+    # the whole successor ring, where every step moves between some of its pairs: then the
+    # bytes carried and each play's first and last use are kept per slot of it, not per shape
+    whole_ring: _Shape | None = None
     # filled by the first play: per shape and slot, bytes over the schedule; per step and
     # slot, bytes / rate (when the schedule is small enough to keep them)
     carried: list[np.ndarray] | None = None
@@ -128,38 +134,52 @@ class PlayPlan:
         by_arrays: dict[tuple[int, int], int] = {}
         net = cluster.network
         pair_users: list[np.ndarray] = []  # (resource, src, dst) of every slot of every shape
-        steps = schedule.steps[:1] if schedule.one_pairing() else schedule.steps
+        one_pairing = schedule.one_pairing()
+        steps = schedule.steps[:1] if one_pairing else schedule.steps
+        # where every step moves between some of the successor ring's pairs (a ring whose
+        # small buffer leaves some segments empty), the rules hold for each step if they hold
+        # for the whole ring: a step's pairs and its loads on each resource are some of the ring's
+        whole_ring = None if one_pairing else _successor_ring_around(cluster, participants, steps)
         for step in steps:
             key = (id(step.src), id(step.dst))
             index = by_arrays.get(key)
             if index is None:
-                shape = _shape(cluster, participants, step)
-                flow, res, weights = net.binding_pairs(shape.route)
-                # (1) within a step, one pair per resource, or pairs that all fit on it at once
-                if not _fits_in_a_step(net, shape, flow, res, weights):
-                    return None
-                pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
+                if whole_ring is not None:
+                    shape = _part_of_ring(whole_ring, step, n_part)
+                else:
+                    shape = _shape(cluster, participants, step)
+                    flow, res, weights = net.binding_pairs(shape.route)
+                    # (1) within a step, one pair per resource, or pairs that all fit on it at once
+                    if not _fits_in_a_step(net, shape, flow, res, weights):
+                        return None
+                    pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
                 index = by_arrays[key] = len(shapes)
                 shapes.append(shape)
             step_shape.append(index)
         if len(steps) < len(schedule.steps):  # every step the first's shape
             step_shape *= len(schedule.steps)
-        users = np.unique(np.concatenate(pair_users, axis=1), axis=1) if pair_users else np.zeros((3, 0), np.int64)
-        if not _share_a_participant(*users):  # (2)
+        if not _share_a_participant(*_distinct_users(pair_users, n_part)):  # (2)
             return None
-        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
+        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape, whole_ring)
+
+    @property
+    def kept_shapes(self) -> list[_Shape]:
+        """The shapes on whose slots a play keeps the bytes carried and its first and last use:
+        the whole ring's alone where there is one, else every shape."""
+        return [self.whole_ring] if self.whole_ring is not None else self.shapes
 
     def resources_of(self, shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For the slots of these shapes, one after another: per (slot, resource it crosses),
-        the slot; the resources crossed; and per row, which of them it is. The same for every
-        play of the plan, so worked out once."""
+        """For the slots of these shapes (of `kept_shapes`), one after another: per (slot,
+        resource it crosses), the slot; the resources crossed; and per row, which of them it
+        is. The same for every play of the plan, so worked out once."""
         found = self._resources.get(shapes)
         if found is None:
             net = self.cluster.network
-            offsets = np.cumsum([0] + [self.shapes[k].src.size for k in shapes])
+            kept = self.kept_shapes
+            offsets = np.cumsum([0] + [kept[k].src.size for k in shapes])
             flows, resources = [], []
             for k, at in zip(shapes, offsets.tolist()):
-                flow, res, _ = net.binding_pairs(self.shapes[k].route)
+                flow, res, _ = net.binding_pairs(kept[k].route)
                 flows.append(flow + at)
                 resources.append(res)
             used, inverse = np.unique(np.concatenate(resources), return_inverse=True)
@@ -323,11 +343,14 @@ class UncontendedPlay:
         shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
         last_step = plan.last_steps()
         fill = plan.carried is None
+        ring = plan.whole_ring
         if fill:
-            carried = [np.zeros(shape.src.size) for shape in shapes]
+            carried = [np.zeros(shape.src.size) for shape in plan.kept_shapes]
             kept: list[np.ndarray] | None = [] if plan.schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
         first_start: list[np.ndarray | None] = [None] * len(shapes)
         last_end: list[np.ndarray | None] = [None] * len(shapes)
+        if ring is not None:  # per slot of the whole ring
+            first_start, last_end = [np.full(ring.src.size, np.inf)], [np.full(ring.src.size, -np.inf)]
         recording = _Recorder(self.budget.left)
         gamma = self.gamma_s_per_byte
         views = plan.ring_views(gamma)
@@ -346,7 +369,10 @@ class UncontendedPlay:
                 amount = plan.amount(k)
                 duration = views.duration(k) if views is not None else amount / shape.rate
                 if fill:
-                    carried[index] += amount
+                    if shape.ring_slot is not None:
+                        carried[0][shape.ring_slot] += amount
+                    else:
+                        carried[index] += amount
                     if kept is not None:
                         kept.append(duration)
             if shape.successor:  # as the ring case below, in place
@@ -380,10 +406,15 @@ class UncontendedPlay:
                 t[shape.takes_part] = done[shape.takes_part]
             elif done is not t:  # (a successor ring's step already ended in t itself)
                 t[:] = done
-            if first_start[index] is None:
-                first_start[index] = start.copy()
-            if last_step[index] == k:
-                last_end[index] = finish.copy()
+            if shape.ring_slot is not None:  # a participant's steps come in order: the first start, the last end
+                slots = shape.ring_slot
+                first_start[0][slots] = np.minimum(first_start[0][slots], start)
+                last_end[0][slots] = np.maximum(last_end[0][slots], finish)
+            else:
+                if first_start[index] is None:
+                    first_start[index] = start.copy()
+                if last_step[index] == k:
+                    last_end[index] = finish.copy()
             if recording.wanted:
                 recording.add(self.first_step + k, shape, step, start, finish, t)
         if rest < len(plan.schedule.steps):
@@ -480,7 +511,7 @@ class UncontendedPlay:
         plan = self.plan
         if self.exit_times is None or plan.carried is None:
             return np.zeros(0, np.int64), np.zeros(0)
-        return np.concatenate([s.route for s in plan.shapes]), np.concatenate(plan.carried)
+        return np.concatenate([s.route for s in plan.kept_shapes]), np.concatenate(plan.carried)
 
     def resource_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(resource, first use, last use) of every resource the play used (worked out once:
@@ -498,6 +529,9 @@ class UncontendedPlay:
         last = np.full(used.size, -np.inf)
         np.minimum.at(first, inverse, lo)
         np.maximum.at(last, inverse, hi)
+        if self.plan.whole_ring is not None:  # not the resources of ring slots that no step used
+            kept = np.isfinite(first)
+            used, first, last = used[kept], first[kept], last[kept]
         self._spans = (used, first, last)
         return self._spans
 
@@ -526,6 +560,52 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
     successor = ring and bool((dst == (src + 1) % n_part).all())
     return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
                   ring, successor)
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """The src and dst of a step (what _shape reads of one)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+
+
+def _successor_ring_around(cluster: Cluster, participants: tuple[str, ...], steps) -> _Shape | None:
+    """The shape of the whole successor ring (participant i to i + 1, the last to the first)
+    when every step's transfers are some of its pairs, each once, and that ring keeps rules (1)
+    and (2); else None, and each step's shape is found and checked on its own."""
+    n_part = len(participants)
+    if n_part < 2 or not steps:
+        return None
+    for step in steps:
+        src = step.src
+        if src.size >= n_part or not bool((step.dst == (src + 1) % n_part).all()):
+            return None
+        seen = np.zeros(n_part, dtype=bool)
+        seen[src] = True
+        if int(seen.sum()) != src.size:  # a pair twice in a step: its shape merges them
+            return None
+    positions = np.arange(n_part, dtype=np.int64)
+    ring = _shape(cluster, participants, _Pairs(positions, (positions + 1) % n_part))
+    net = cluster.network
+    flow, res, weights = net.binding_pairs(ring.route)
+    if not _fits_in_a_step(net, ring, flow, res, weights):
+        return None
+    if not _share_a_participant(*_distinct_users([np.stack([res, ring.src[flow], ring.dst[flow]])], n_part)):
+        return None
+    return ring
+
+
+def _part_of_ring(ring: _Shape, step: Step, n_part: int) -> _Shape:
+    """The shape of a step whose transfers are some of the successor ring's pairs, each once
+    (_successor_ring_around): the ring's routes, latencies and rates at their slots (the
+    ring's slot i is participant i's send), as _shape would find them pair by pair."""
+    src, dst = step.src, step.dst
+    taking = np.zeros(n_part, dtype=bool)
+    taking[src] = True
+    taking[dst] = True
+    return _Shape(np.arange(src.size), src, dst, ring.route[src], ring.latency[src], ring.rate[src], False,
+                  None, None, np.flatnonzero(taking), False, False, ring_slot=src)
 
 
 def _repeats(values: np.ndarray, by_period: tuple[int, int]) -> bool:
@@ -600,6 +680,24 @@ def _fits_in_a_step(net, shape: _Shape, flow: np.ndarray, res: np.ndarray,
     load = shape.rate[flow] * (1.0 if weights is None else weights)
     used = np.bincount(res, weights=load, minlength=net.capacity.size)
     return bool((used[crossed] <= net.capacity[crossed]).all())
+
+
+def _distinct_users(pair_users: list[np.ndarray], n_part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (resource, src, dst) columns of the (3, k) arrays `pair_users`, sorted by
+    resource, then src, then dst (np.unique(..., axis=1)'s order), found as one int64 key per
+    column: np.unique over columns sorts them as records, some hundred times slower, which a
+    ring whose small buffer leaves segments empty (a step's transfers of its own) paid
+    thousands of steps over."""
+    if not pair_users:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    res, src, dst = np.concatenate(pair_users, axis=1)
+    if res.size and int(res.max()) >= np.iinfo(np.int64).max // (n_part * n_part):
+        found = np.unique(np.stack([res, src, dst]), axis=1)  # keys would overflow
+        return found[0], found[1], found[2]
+    key = np.unique((res * n_part + src) * n_part + dst)
+    rest, dst = np.divmod(key, n_part)
+    res, src = np.divmod(rest, n_part)
+    return res, src, dst
 
 
 def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
