@@ -191,6 +191,14 @@ def test_ring_with_fewer_elements_than_ranks_skips_empty_segments() -> None:
     s = build_schedule("ring", p, count)
     assert len(s.steps) == 2 * (p - 1)
     assert all(len(st) == count for st in s.steps)  # one transfer per non-empty segment
+    assert s.transfers() == 2 * (p - 1) * count
+    bounds = segment_bounds(count, p)
+    for k, step in enumerate(s.steps):  # position j sends segment (j - k) mod p, then (j + 1 - k) mod p
+        segment = (step.src - k) % p if k < p - 1 else (step.src + 1 - (k - (p - 1))) % p
+        assert np.array_equal(step.dst, (step.src + 1) % p)
+        assert np.array_equal(step.lo, bounds[segment]) and np.array_equal(step.hi, bounds[segment + 1])
+        assert np.array_equal(step.size, step.hi - step.lo) and step.reduce == (k < p - 1)
+        assert not step.src.flags.writeable and not step.size.flags.writeable
 
 
 @pytest.mark.parametrize("p", range(1, 18))

@@ -125,7 +125,7 @@ class Schedule:
 
     @functools.cached_property
     def _transfers(self) -> int:
-        if isinstance(self.steps, _RingSteps):
+        if isinstance(self.steps, _LazyRingSteps):
             return len(self.steps) * self.steps.transfers_per_step
         return sum(len(s) for s in self.steps)
 
@@ -218,7 +218,7 @@ def _schedule(
         algorithm=name,
         ranks=ranks,
         count=count,
-        steps=steps if isinstance(steps, _RingSteps) else tuple(s for s in steps if s is not None),
+        steps=steps if isinstance(steps, _LazyRingSteps) else tuple(s for s in steps if s is not None),
         extra_participants=extra,
     )
 
@@ -274,6 +274,9 @@ def _ring_steps(
     phases = ([True] if reduce_scatter else []) + ([False] if all_gather else [])
     if size3 is not None and by_position:
         return _RingSteps(src, dst, lo3, hi3, size3, n, rings, tuple(phases))
+    if size3 is None:
+        return _SparseRingSteps(src, dst, lo3, hi3, n, rings, tuple(phases), by_position,
+                                int((bounds[:, 1:] > bounds[:, :-1]).sum()))
     steps: list[Step | None] = []
     for reduce in phases:
         for s in range(n - 1):
@@ -281,9 +284,6 @@ def _ring_steps(
             window = slice(start, start + n)
             lo = (lo3[window] if by_position else lo3[:, window]).reshape(-1)
             hi = (hi3[window] if by_position else hi3[:, window]).reshape(-1)
-            if size3 is None:
-                steps.append(_step(src, dst, lo, hi, reduce))
-                continue
             size = (size3[window] if by_position else size3[:, window]).reshape(-1)
             if not by_position:  # copies of the columns: made read-only as the views are
                 for a in (lo, hi, size):
@@ -299,16 +299,13 @@ def _window_start(n: int, s: int, reduce: bool) -> int:
     return n - s + (0 if reduce else 1)
 
 
-class _RingSteps(Sequence[Step]):
-    """The steps of rings run side by side, listed position by position (_ring_steps), each
-    made when asked for from the windows of its tiled arrays: a 16,384-rank ring has 32,766
-    steps, whose objects and views would take some 15 MB that a play never looks at. A step
-    asked for twice is two equal objects (the same arrays' views), not one."""
+class _LazyRingSteps(Sequence[Step]):
+    """The steps of rings run side by side (_ring_steps), each made when asked for from the
+    windows of its tiled arrays (`_step`). A step asked for twice is two equal objects, not one."""
 
-    def __init__(self, src: np.ndarray, dst: np.ndarray, lo3: np.ndarray, hi3: np.ndarray, size3: np.ndarray,
-                 n: int, rings: int, phases: tuple[bool, ...]):
-        self._arrays = (src, dst, lo3, hi3, size3)
-        self._n, self._rings, self._phases = n, rings, phases
+    _n: int
+    _rings: int
+    _phases: tuple[bool, ...]
 
     def __len__(self) -> int:
         return len(self._phases) * (self._n - 1)
@@ -329,6 +326,29 @@ class _RingSteps(Sequence[Step]):
     def __iter__(self) -> Iterator[Step]:
         return (self._step(k) for k in range(len(self)))
 
+    def _start(self, k: int) -> tuple[int, bool]:
+        """Where step k's window starts in the tiled arrays' positions, and whether it reduces."""
+        phase, s = divmod(k, self._n - 1)
+        reduce = self._phases[phase]
+        return _window_start(self._n, s, reduce), reduce
+
+    def _step(self, k: int) -> Step:
+        raise NotImplementedError
+
+    @property
+    def transfers_per_step(self) -> int:
+        raise NotImplementedError
+
+
+class _RingSteps(_LazyRingSteps):
+    """Steps of rings with no empty segment, listed position by position: a 16,384-rank ring
+    has 32,766 steps, whose objects and views would take some 15 MB that a play never looks at."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, lo3: np.ndarray, hi3: np.ndarray, size3: np.ndarray,
+                 n: int, rings: int, phases: tuple[bool, ...]):
+        self._arrays = (src, dst, lo3, hi3, size3)
+        self._n, self._rings, self._phases = n, rings, phases
+
     @property
     def transfers_per_step(self) -> int:
         return int(self._arrays[0].size)
@@ -339,12 +359,6 @@ class _RingSteps(Sequence[Step]):
     def reduces(self) -> list[bool]:
         return [reduce for reduce in self._phases for _ in range(self._n - 1)]
 
-    def _start(self, k: int) -> tuple[int, bool]:
-        """Where step k's window starts in the tiled arrays' positions, and whether it reduces."""
-        phase, s = divmod(k, self._n - 1)
-        reduce = self._phases[phase]
-        return _window_start(self._n, s, reduce), reduce
-
     def _step(self, k: int) -> Step:
         src, dst, lo3, hi3, size3 = self._arrays
         n = self._n
@@ -352,6 +366,38 @@ class _RingSteps(Sequence[Step]):
         window = slice(start, start + n)
         return Step._of_read_only(src, dst, lo3[window].reshape(-1), hi3[window].reshape(-1), reduce,
                                   start * self._rings, size3[window].reshape(-1))
+
+
+class _SparseRingSteps(_LazyRingSteps):
+    """Steps of rings some of whose segments are empty (fewer elements than positions: a
+    per-variable all-reduce of a bias): each moves only the segments that are not empty, so
+    its transfers are arrays of their own. A 16,384-rank ring over a variable of a few
+    thousand elements has 32,766 such steps of that many transfers each, gigabytes if kept
+    at once; made when asked for, a play holds one at a time."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, lo3: np.ndarray, hi3: np.ndarray, n: int, rings: int,
+                 phases: tuple[bool, ...], by_position: bool, segments: int):
+        self._arrays = (src, dst, lo3, hi3)
+        self._n, self._rings, self._phases = n, rings, phases
+        self._by_position = by_position
+        self._segments = segments  # not empty, over all rings: the transfers of every step
+
+    @property
+    def transfers_per_step(self) -> int:
+        return self._segments
+
+    def _step(self, k: int) -> Step:
+        src, dst, lo3, hi3 = self._arrays
+        start, reduce = self._start(k)
+        window = slice(start, start + self._n)
+        lo = (lo3[window] if self._by_position else lo3[:, window]).reshape(-1)
+        hi = (hi3[window] if self._by_position else hi3[:, window]).reshape(-1)
+        keep = hi > lo  # every step sends each segment that is not empty once
+        arrays = (src[keep], dst[keep], lo[keep], hi[keep])
+        size = (arrays[3] - arrays[2]).astype(np.float64)  # what Step makes of them, without its checks
+        for a in (*arrays, size):
+            a.flags.writeable = False
+        return Step._of_read_only(*arrays, reduce, -1, size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -140,19 +140,20 @@ class PlayPlan:
         # small buffer leaves some segments empty), the rules hold for each step if they hold
         # for the whole ring: a step's pairs and its loads on each resource are some of the ring's
         whole_ring = None if one_pairing else _successor_ring_around(cluster, participants, steps)
+        if whole_ring is not None:  # each step's shape is made as a play reaches it (_part_of_ring)
+            return cls(cluster, schedule, n_part, nbytes / schedule.count, [], [], whole_ring)
+        alive = []  # steps made when asked for: kept, so that their arrays' ids are no other's
         for step in steps:
             key = (id(step.src), id(step.dst))
             index = by_arrays.get(key)
             if index is None:
-                if whole_ring is not None:
-                    shape = _part_of_ring(whole_ring, step, n_part)
-                else:
-                    shape = _shape(cluster, participants, step)
-                    flow, res, weights = net.binding_pairs(shape.route)
-                    # (1) within a step, one pair per resource, or pairs that all fit on it at once
-                    if not _fits_in_a_step(net, shape, flow, res, weights):
-                        return None
-                    pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
+                alive.append(step)
+                shape = _shape(cluster, participants, step)
+                flow, res, weights = net.binding_pairs(shape.route)
+                # (1) within a step, one pair per resource, or pairs that all fit on it at once
+                if not _fits_in_a_step(net, shape, flow, res, weights):
+                    return None
+                pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
                 index = by_arrays[key] = len(shapes)
                 shapes.append(shape)
             step_shape.append(index)
@@ -192,12 +193,14 @@ class PlayPlan:
             self._last_steps = {index: k for k, index in enumerate(self.step_shape)}
         return self._last_steps
 
-    def amount(self, k: int) -> np.ndarray:
-        """Bytes per slot of step k."""
-        step = self.schedule.steps[k]
+    def amount(self, k: int, step: Step | None = None) -> np.ndarray:
+        """Bytes per slot of step k (`step`, where the caller has it)."""
+        step = self.schedule.steps[k] if step is None else step
         amount = self._window_amount(step, k)
         if amount is None:
             amount = step.size * self.bytes_per_element
+        if self.whole_ring is not None:  # its steps' shapes are never merged
+            return amount
         shape = self.shapes[self.step_shape[k]]
         if shape.merged:
             amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
@@ -361,12 +364,15 @@ class UncontendedPlay:
             if views is not None and k > 0 and not recording.wanted:
                 rest = k
                 break
-            index = step_shape[k]
-            shape = shapes[index]
+            if ring is not None:
+                index, shape = 0, _part_of_ring(ring, step, n_part)
+            else:
+                index = step_shape[k]
+                shape = shapes[index]
             if durations is not None:
                 duration = durations[k]
             else:
-                amount = plan.amount(k)
+                amount = plan.amount(k, step)
                 duration = views.duration(k) if views is not None else amount / shape.rate
                 if fill:
                     if shape.ring_slot is not None:
@@ -401,7 +407,7 @@ class UncontendedPlay:
                 if views is not None:  # a single ring, whose step ended in t itself
                     t += views.received(k)
                 else:
-                    done = done + np.bincount(shape.dst, weights=plan.amount(k), minlength=n_part) * gamma
+                    done = done + np.bincount(shape.dst, weights=plan.amount(k, step), minlength=n_part) * gamma
             if shape.send_slot is None:
                 t[shape.takes_part] = done[shape.takes_part]
             elif done is not t:  # (a successor ring's step already ended in t itself)
