@@ -491,3 +491,31 @@ def test_rates_without_a_short_period_are_divided_step_by_step():
     assert uncontended._rate_period(np.tile([1.0, 2.0], 50), 300) == 2
     assert uncontended._rate_period(np.tile([1.0, 2.0, 4.0], 4), 36) == 3
     assert uncontended._rate_period(np.full(8, 5.0), 24) == 1
+
+
+def test_nccl_tests_of_a_textbook_ring_plays_each_size_as_the_flow_network_times_it(monkeypatch):
+    """`gansim nccl-tests --algorithm ring`: the sizes run one after another with nothing
+    else, so each is played, with the flow network's times (one of fewer elements than
+    ranks among them); at 1,024 GPUs a sweep then needs a few tasks a size, not one per
+    transfer (2 x 1,024 x 1,023 a size)."""
+    from gansim.collectives import communicator
+    from gansim.runner.collective import collective_times
+
+    topo = topology_from_dict({"name": "multi_node", **TOPOLOGIES["multi_node"]}, "test")
+    sizes = [4 * 5, 4 * 100_003, 1 << 24]
+    plays = []
+    real = communicator.play_uncontended
+    monkeypatch.setattr(communicator, "play_uncontended", lambda *a: plays.append(a[2]) or real(*a))
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0)
+    played = collective_times(topo, 12, "all_reduce", sizes, "ring")
+    assert len(plays) == len(sizes)
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 10**18)
+    flowed = collective_times(topo, 12, "all_reduce", sizes, "ring")
+    assert [p.seconds for p in played] == pytest.approx([f.seconds for f in flowed], rel=1e-9)
+
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 1 << 10)
+    monkeypatch.setenv("GANSIM_MAX_TASKS", "100000")
+    big = topology_from_dict({"name": "big", "generator": "multi_node", "params": {"nodes": 128, "gpus_per_node": 8}},
+                             "test")
+    times = collective_times(big, 1024, "all_reduce", [1 << 10, 1 << 20, 1 << 28], "ring")
+    assert all(t.seconds > 0 for t in times) and times[-1].seconds > times[0].seconds

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from gansim.collectives import uncontended
 from gansim.collectives.communicator import Communicator
 from gansim.collectives.nccl import NCCL, plan
 from gansim.collectives.nccl_explain import explain as explain_nccl
@@ -38,8 +39,11 @@ def collective_times(topology: Topology, gpus: int, op: str, sizes: list[int], a
     env = simpy.Environment()
     cluster = Cluster(topology, gpus, env, source=source)
     graph = TaskGraph()
+    # Each size starts once every rank has ended the one before, and nothing else runs: a
+    # collective whose own transfers never contend (PlayPlan's rules) is played, not simulated
     comm = Communicator.for_options(cluster, graph, algorithm, cost_model, options,
-                                    gamma_s_per_byte=options.gamma_s_per_byte)
+                                    gamma_s_per_byte=options.gamma_s_per_byte,
+                                    uncontended_min_transfers=uncontended.UNCONTENDED_MIN_TRANSFERS)
     after = np.full(gpus, -1, dtype=np.int64)
     marks = []
     for nbytes in sizes:
