@@ -93,6 +93,8 @@ EXTRA = {s.name: s for s in (
           "(`compute_cv: 0.1`)", nvswitch_machines, GAN, "ring", 10, {"overlap": True, "compute_cv": 0.1}),
     Shape("gan_per_variable_ring", f"`{GAN}`, one ring all-reduce per variable (`gradient_sync: per_variable`)",
           nvswitch_machines, GAN, "ring", 10, {"gradient_sync": "per_variable"}),
+    Shape("gan_per_variable_hierarchical_ring", f"`{GAN}`, one `hierarchical_ring` all-reduce per variable",
+          nvswitch_machines, GAN, "hierarchical_ring", 10, {"gradient_sync": "per_variable"}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
 PREDICT_RANKS = 1024  # the size it is held to

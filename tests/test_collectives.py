@@ -114,6 +114,19 @@ def test_hierarchical_ring_step_counts() -> None:
         assert len(schedule.steps) == 2 * (size - 1) + 2 * (n_groups - 1)
 
 
+def test_hierarchical_ring_of_fewer_elements_than_ranks_keeps_its_phases_as_made() -> None:
+    # 5 elements, 4 groups of 4: the phase across groups has empty segments, made when asked for
+    schedule = build_schedule("hierarchical_ring", 16, 5, _blocks(4, 4))
+    steps = list(schedule.steps)
+    assert [len(part.steps) for part in schedule.parts()] == [3, 6, 3]
+    assert schedule.transfers() == sum(len(s) for s in steps)
+    for k in (0, 4, -1, len(steps) - 1):
+        got = schedule.steps[k]
+        assert np.array_equal(got.src, steps[k].src) and np.array_equal(got.lo, steps[k].lo)
+    assert [s.reduce for s in schedule.steps[2:5]] == [s.reduce for s in steps[2:5]]
+    _assert_allreduce(schedule, seed=7)
+
+
 def test_hierarchical_ring_default_is_ring() -> None:
     a = build_schedule("hierarchical_ring", 7, 100)
     b = build_schedule("ring", 7, 100)

@@ -96,25 +96,33 @@ def test_a_gan_step_with_played_allreduces_times_like_the_flow_network(monkeypat
     assert_same(played, flowed)
 
 
+def has_whole(play) -> bool:
+    """Whether a play made some steps' shapes from a whole's (PlayPlan.build)."""
+    return any(shape.sender_slot is not None for shape in play.plan.shapes)
+
+
 @pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
-def test_a_ring_of_fewer_elements_than_ranks_is_played_as_parts_of_the_whole_ring(monkeypatch, topology):
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical_ring"])
+def test_a_ring_of_fewer_elements_than_ranks_is_played_as_parts_of_the_whole_ring(monkeypatch, topology, algorithm):
     """5 elements over 6 to 12 ranks: each step moves only the segments that are not empty, a
     pairing of its own (a per-variable all-reduce of a bias), checked and kept on the whole
-    ring's pairs, with the same figures and link bytes as the flow network."""
+    ring's pairs (a hierarchical ring's: its rings across machines), with the same figures and
+    link bytes as the flow network."""
     workload = {"allreduce_bytes": 4 * 5}
     played_kept: list = []
     flowed_kept: list = []
-    played, plays = run(monkeypatch, topology, "ring", workload, plays=True, kept=played_kept)
-    flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, kept=flowed_kept)
+    played, plays = run(monkeypatch, topology, algorithm, workload, plays=True, kept=played_kept)
+    flowed, _ = run(monkeypatch, topology, algorithm, workload, plays=False, kept=flowed_kept)
     assert plays == 3
-    assert all(play.plan.whole_ring is not None and not play.plan.shapes for play in played_kept[:3])
+    assert all(has_whole(play) for play in played_kept[:3])
     assert_same(played, flowed)
     assert played_kept[3] == pytest.approx(flowed_kept[0], rel=1e-12)
     assert played_kept[3].sum() > 0
 
 
-@pytest.mark.parametrize("topology", ["switch", "cpu_host"])
-def test_what_parts_of_the_whole_ring_used_is_what_each_step_on_its_own_used(monkeypatch, topology):
+@pytest.mark.parametrize("topology", ["switch", "cpu_host", "multi_node"])
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical_ring"])
+def test_what_parts_of_the_whole_ring_used_is_what_each_step_on_its_own_used(monkeypatch, topology, algorithm):
     """Per-variable all-reduces of variables of 3 and 5 elements over 12 ranks, compute
     varying by rank: each play's first and last use of every resource (what finds a play
     that met other work) and the bytes it carried, kept on the whole ring's slots, equal
@@ -123,14 +131,14 @@ def test_what_parts_of_the_whole_ring_used_is_what_each_step_on_its_own_used(mon
                                            "params": 22} for name, net in GAN["networks"].items()}}
     options = {"gradient_sync": "per_variable", "compute_cv": 0.3}
     whole: list = []
-    played, plays = run(monkeypatch, topology, "ring", workload, plays=True, kept=whole, **options)
-    monkeypatch.setattr(uncontended, "_successor_ring_around", lambda *args: None)
+    played, plays = run(monkeypatch, topology, algorithm, workload, plays=True, kept=whole, **options)
+    monkeypatch.setattr(uncontended, "_whole", lambda *args: None)
     apart: list = []
-    run(monkeypatch, topology, "ring", workload, plays=True, kept=apart, **options)
-    flowed, _ = run(monkeypatch, topology, "ring", workload, plays=False, **options)
+    run(monkeypatch, topology, algorithm, workload, plays=True, kept=apart, **options)
+    flowed, _ = run(monkeypatch, topology, algorithm, workload, plays=False, **options)
     assert plays > 0
-    assert all(play.plan.whole_ring is not None for play in whole[:plays])
-    assert all(play.plan.whole_ring is None for play in apart[:plays])
+    assert all(has_whole(play) for play in whole[:plays])
+    assert not any(has_whole(play) for play in apart[:plays])
     for kept_whole, kept_apart in zip(whole[:plays], apart[:plays]):
         for a, b in zip(kept_whole.resource_spans(), kept_apart.resource_spans()):
             np.testing.assert_array_equal(a, b)
@@ -519,3 +527,17 @@ def test_nccl_tests_of_a_textbook_ring_plays_each_size_as_the_flow_network_times
                              "test")
     times = collective_times(big, 1024, "all_reduce", [1 << 10, 1 << 20, 1 << 28], "ring")
     assert all(t.seconds > 0 for t in times) and times[-1].seconds > times[0].seconds
+
+
+def test_a_chunked_ring_of_fewer_elements_than_ranks_is_not_played_in_chunks(monkeypatch):
+    """With `chunks`, a ring whose steps move only some of its pairs is no ring of every
+    participant in every step (chunked_ring_plan): it stays on the flow network, with the
+    same figures as when nothing is played."""
+    from gansim.collectives import chunked_ring
+
+    monkeypatch.setattr(chunked_ring, "CHUNKED_MIN_TRANSFERS", 0)
+    workload = {"allreduce_bytes": 4 * 5}
+    played, plays = run(monkeypatch, "switch", "ring", workload, plays=True, chunks=2)
+    flowed, _ = run(monkeypatch, "switch", "ring", workload, plays=False, chunks=2)
+    assert plays == 0
+    assert_same(played, flowed)

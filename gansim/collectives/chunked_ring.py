@@ -57,6 +57,8 @@ def chunked_ring_plan(plan: PlayPlan) -> bool:
     if len(plan.shapes) != 1:
         return False
     shape = plan.shapes[0]
+    if shape.sender_slot is not None:  # a whole, whose steps move only some of its pairs
+        return False
     if not shape.successor or shape.merged or plan.participants != plan.cluster.ranks:
         return False
     if plan.participants < 2 or not np.isfinite(shape.rate).all() or not (shape.rate > 0).all():

@@ -116,7 +116,9 @@ class Schedule:
     algorithm: str
     ranks: int
     count: int
-    steps: Sequence[Step]  # a tuple, or a ring's steps made when asked for (_RingSteps)
+    # a tuple; a ring's steps made when asked for (_RingSteps, _SparseRingSteps); or parts of
+    # these one after another (_ChainedSteps: a hierarchical ring's phases)
+    steps: Sequence[Step]
     extra_participants: tuple[str, ...] = field(default=())
 
     def participants(self) -> int:
@@ -125,9 +127,7 @@ class Schedule:
 
     @functools.cached_property
     def _transfers(self) -> int:
-        if isinstance(self.steps, _LazyRingSteps):
-            return len(self.steps) * self.steps.transfers_per_step
-        return sum(len(s) for s in self.steps)
+        return _transfers(self.steps)
 
     def transfers(self) -> int:
         """Total number of point-to-point transfers over all steps."""
@@ -138,6 +138,8 @@ class Schedule:
         arrays are the same: a ring's), told without looking at every step where it can be."""
         if isinstance(self.steps, _RingSteps):
             return True
+        if isinstance(self.steps, _ChainedSteps):  # each part's arrays are its own
+            return len(self.steps.parts) == 1 and replace(self, steps=self.steps.parts[0]).one_pairing()
         first = self.steps[0] if self.steps else None
         return first is not None and all(s.src is first.src and s.dst is first.dst for s in self.steps)
 
@@ -147,6 +149,8 @@ class Schedule:
         steps = self.steps
         if isinstance(steps, _RingSteps):
             return steps.size_windows()
+        if isinstance(steps, _ChainedSteps):  # each part's windows are of its own base
+            return None
         base = steps[0].size.base if steps else None
         if not isinstance(base, np.ndarray) or not all(s.window >= 0 and s.size.base is base for s in steps):
             return None
@@ -157,6 +161,13 @@ class Schedule:
         if isinstance(self.steps, _RingSteps):
             return self.steps.reduces()
         return [s.reduce for s in self.steps]
+
+    def parts(self) -> list["Schedule"]:
+        """The schedule as the parts its steps were made in, one after another (a hierarchical
+        ring's phases; else itself), each a schedule of its own steps."""
+        if isinstance(self.steps, _ChainedSteps):
+            return [replace(self, steps=part) for part in self.steps.parts]
+        return [self]
 
     def split(self, k: int) -> tuple["Schedule", "Schedule"]:
         """Its first k steps and the rest, each a schedule of the same all-reduce: played one
@@ -218,7 +229,7 @@ def _schedule(
         algorithm=name,
         ranks=ranks,
         count=count,
-        steps=steps if isinstance(steps, _LazyRingSteps) else tuple(s for s in steps if s is not None),
+        steps=steps if isinstance(steps, (_LazyRingSteps, _ChainedSteps)) else tuple(s for s in steps if s is not None),
         extra_participants=extra,
     )
 
@@ -299,16 +310,15 @@ def _window_start(n: int, s: int, reduce: bool) -> int:
     return n - s + (0 if reduce else 1)
 
 
-class _LazyRingSteps(Sequence[Step]):
-    """The steps of rings run side by side (_ring_steps), each made when asked for from the
-    windows of its tiled arrays (`_step`). A step asked for twice is two equal objects, not one."""
-
-    _n: int
-    _rings: int
-    _phases: tuple[bool, ...]
+class _StepsMadeWhenAsked(Sequence[Step]):
+    """Steps made when asked for (`_step`, of 0 <= k < len). A step asked for twice is two
+    equal objects, not one."""
 
     def __len__(self) -> int:
-        return len(self._phases) * (self._n - 1)
+        raise NotImplementedError
+
+    def _step(self, k: int) -> Step:
+        raise NotImplementedError
 
     @overload
     def __getitem__(self, k: int) -> Step: ...
@@ -326,14 +336,23 @@ class _LazyRingSteps(Sequence[Step]):
     def __iter__(self) -> Iterator[Step]:
         return (self._step(k) for k in range(len(self)))
 
+
+class _LazyRingSteps(_StepsMadeWhenAsked):
+    """The steps of rings run side by side (_ring_steps), each made from the windows of its
+    tiled arrays."""
+
+    _n: int
+    _rings: int
+    _phases: tuple[bool, ...]
+
+    def __len__(self) -> int:
+        return len(self._phases) * (self._n - 1)
+
     def _start(self, k: int) -> tuple[int, bool]:
         """Where step k's window starts in the tiled arrays' positions, and whether it reduces."""
         phase, s = divmod(k, self._n - 1)
         reduce = self._phases[phase]
         return _window_start(self._n, s, reduce), reduce
-
-    def _step(self, k: int) -> Step:
-        raise NotImplementedError
 
     @property
     def transfers_per_step(self) -> int:
@@ -386,6 +405,12 @@ class _SparseRingSteps(_LazyRingSteps):
     def transfers_per_step(self) -> int:
         return self._segments
 
+    @property
+    def whole_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) of the rings' every position: each step moves between some of these
+        pairs, each once (those whose segment is not empty)."""
+        return self._arrays[0], self._arrays[1]
+
     def _step(self, k: int) -> Step:
         src, dst, lo3, hi3 = self._arrays
         start, reduce = self._start(k)
@@ -398,6 +423,34 @@ class _SparseRingSteps(_LazyRingSteps):
         for a in (*arrays, size):
             a.flags.writeable = False
         return Step._of_read_only(*arrays, reduce, -1, size)
+
+
+class _ChainedSteps(_StepsMadeWhenAsked):
+    """The steps of several parts one after another (a hierarchical ring's three phases), each
+    part kept as it was made, so that steps made when asked for stay so."""
+
+    def __init__(self, parts: Sequence[Sequence[Step]]):
+        self.parts = tuple(part for part in parts if len(part))
+        self._ends = np.cumsum([len(part) for part in self.parts], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if self.parts else 0
+
+    def _step(self, k: int) -> Step:
+        part = int(np.searchsorted(self._ends, k, side="right"))
+        return self.parts[part][k - (int(self._ends[part - 1]) if part else 0)]
+
+    def __iter__(self) -> Iterator[Step]:
+        return (step for part in self.parts for step in part)
+
+
+def _transfers(steps: Sequence[Step]) -> int:
+    """Point-to-point transfers over all `steps`, without making the steps made when asked for."""
+    if isinstance(steps, _LazyRingSteps):
+        return len(steps) * steps.transfers_per_step
+    if isinstance(steps, _ChainedSteps):
+        return sum(_transfers(part) for part in steps.parts)
+    return sum(len(s) for s in steps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +640,7 @@ def hierarchical_ring(ranks: int, count: int, groups: Groups | None = None) -> S
     n_groups, size = members.shape
     shard_bounds = segment_bounds(count, size)
     intra_bounds = np.broadcast_to(shard_bounds, (n_groups, size + 1))
-    steps = list(_ring_steps(members, intra_bounds, count / size, reduce_scatter=True, all_gather=False))
+    parts = [_ring_steps(members, intra_bounds, count / size, reduce_scatter=True, all_gather=False)]
 
     if n_groups > 1:
         # after step (1), position j of each group holds shard (j + 1) mod L
@@ -598,10 +651,15 @@ def hierarchical_ring(ranks: int, count: int, groups: Groups | None = None) -> S
         sub_bounds = shard_bounds[:-1, None] + i * (lengths[:, None] // n_groups) + np.minimum(
             i, lengths[:, None] % n_groups
         )
-        steps += _ring_steps(holders, sub_bounds, count / size / n_groups, reduce_scatter=True, all_gather=True)
-
-    steps += _ring_steps(members, intra_bounds, count / size, reduce_scatter=False, all_gather=True)
-    return _schedule("hierarchical_ring", ranks, count, steps)
+        parts.append(_ring_steps(holders, sub_bounds, count / size / n_groups, reduce_scatter=True,
+                                 all_gather=True))
+    parts.append(_ring_steps(members, intra_bounds, count / size, reduce_scatter=False, all_gather=True))
+    if not any(isinstance(part, _LazyRingSteps) for part in parts):
+        return _schedule("hierarchical_ring", ranks, count, [step for part in parts for step in part])
+    # the phases as they were made, so that those made when asked for stay so
+    return _schedule("hierarchical_ring", ranks, count,
+                     _ChainedSteps([part if isinstance(part, _LazyRingSteps) else [s for s in part if s is not None]
+                                    for part in parts]))
 
 
 # ---------------------------------------------------------------------------------------------

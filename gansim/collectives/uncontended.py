@@ -31,7 +31,7 @@ flow network's figures to the last digit; tests/test_uncontended.py holds the tw
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -73,9 +73,11 @@ class _Shape:
     takes_part: np.ndarray  # participant ids that take part
     ring: bool  # and participant i sends slot i (src is 0, 1, 2, ...)
     successor: bool  # and to participant i + 1 (the last to the first): the ring algorithm's steps
-    # a step that moves between some of the successor ring's pairs (PlayPlan.whole_ring): per
-    # slot, the ring's slot of its pair, on which what the play keeps of it is summed
-    ring_slot: np.ndarray | None = None
+    # a whole: the pairs of every step of some part of the schedule (PlayPlan.build), each step
+    # moving between some of them, each once; per participant, the slot it sends on (-1: none).
+    # A play makes each such step's shape as it reaches it, and keeps what it used and carried
+    # per slot of the whole
+    sender_slot: np.ndarray | None = None
 
 
 @dataclass
@@ -107,9 +109,6 @@ class PlayPlan:
     bytes_per_element: float
     shapes: list[_Shape]
     step_shape: list[int]
-    # the whole successor ring, where every step moves between some of its pairs: then the
-    # bytes carried and each play's first and last use are kept per slot of it, not per shape
-    whole_ring: _Shape | None = None
     # filled by the first play: per shape and slot, bytes over the schedule; per step and
     # slot, bytes / rate (when the schedule is small enough to keep them)
     carried: list[np.ndarray] | None = None
@@ -131,56 +130,67 @@ class PlayPlan:
         n_part = len(participants)
         shapes: list[_Shape] = []
         step_shape: list[int] = []
-        by_arrays: dict[tuple[int, int], int] = {}
         net = cluster.network
         pair_users: list[np.ndarray] = []  # (resource, src, dst) of every slot of every shape
-        one_pairing = schedule.one_pairing()
-        steps = schedule.steps[:1] if one_pairing else schedule.steps
-        # where every step moves between some of the successor ring's pairs (a ring whose
-        # small buffer leaves some segments empty), the rules hold for each step if they hold
-        # for the whole ring: a step's pairs and its loads on each resource are some of the ring's
-        whole_ring = None if one_pairing else _successor_ring_around(cluster, participants, steps)
-        if whole_ring is not None:  # each step's shape is made as a play reaches it (_part_of_ring)
-            return cls(cluster, schedule, n_part, nbytes / schedule.count, [], [], whole_ring)
-        alive = []  # steps made when asked for: kept, so that their arrays' ids are no other's
-        for step in steps:
-            key = (id(step.src), id(step.dst))
-            index = by_arrays.get(key)
-            if index is None:
-                alive.append(step)
-                shape = _shape(cluster, participants, step)
-                flow, res, weights = net.binding_pairs(shape.route)
-                # (1) within a step, one pair per resource, or pairs that all fit on it at once
-                if not _fits_in_a_step(net, shape, flow, res, weights):
+
+        def add(shape: _Shape) -> int | None:
+            """The shape's index, once it keeps rule (1): within a step, one pair per resource,
+            or pairs that all fit on it at once; None where it does not."""
+            flow, res, weights = net.binding_pairs(shape.route)
+            if not _fits_in_a_step(net, shape, flow, res, weights):
+                return None
+            pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
+            shapes.append(shape)
+            return len(shapes) - 1
+
+        for part in schedule.parts():
+            # A part whose every step moves between some of one set of pairs, each once (a ring
+            # whose small buffer leaves some segments empty): the rules hold for each step if
+            # they hold for the whole, as a step's pairs and its loads on each resource are some
+            # of the whole's; its steps' shapes are made as a play reaches them.
+            pairs = getattr(part.steps, "whole_pairs", None)
+            whole = None
+            if pairs is not None:
+                whole = _whole(cluster, participants, *pairs)
+            elif not part.one_pairing():
+                whole = _successor_ring_around(cluster, participants, part.steps)
+            index = None if whole is None else add(whole)
+            if index is not None:
+                step_shape += [index] * len(part.steps)
+                continue
+            if part.one_pairing():
+                index = add(_shape(cluster, participants, part.steps[0]))
+                if index is None:
                     return None
-                pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
-                index = by_arrays[key] = len(shapes)
-                shapes.append(shape)
-            step_shape.append(index)
-        if len(steps) < len(schedule.steps):  # every step the first's shape
-            step_shape *= len(schedule.steps)
+                step_shape += [index] * len(part.steps)
+                continue
+            by_arrays: dict[tuple[int, int], int] = {}
+            alive = []  # steps made when asked for: kept, so that their arrays' ids are no other's
+            for step in part.steps:
+                key = (id(step.src), id(step.dst))
+                index = by_arrays.get(key)
+                if index is None:
+                    alive.append(step)
+                    index = add(_shape(cluster, participants, step))
+                    if index is None:
+                        return None
+                    by_arrays[key] = index
+                step_shape.append(index)
         if not _share_a_participant(*_distinct_users(pair_users, n_part)):  # (2)
             return None
-        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape, whole_ring)
-
-    @property
-    def kept_shapes(self) -> list[_Shape]:
-        """The shapes on whose slots a play keeps the bytes carried and its first and last use:
-        the whole ring's alone where there is one, else every shape."""
-        return [self.whole_ring] if self.whole_ring is not None else self.shapes
+        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
 
     def resources_of(self, shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For the slots of these shapes (of `kept_shapes`), one after another: per (slot,
-        resource it crosses), the slot; the resources crossed; and per row, which of them it
-        is. The same for every play of the plan, so worked out once."""
+        """For the slots of these shapes, one after another: per (slot, resource it crosses),
+        the slot; the resources crossed; and per row, which of them it is. The same for every
+        play of the plan, so worked out once."""
         found = self._resources.get(shapes)
         if found is None:
             net = self.cluster.network
-            kept = self.kept_shapes
-            offsets = np.cumsum([0] + [kept[k].src.size for k in shapes])
+            offsets = np.cumsum([0] + [self.shapes[k].src.size for k in shapes])
             flows, resources = [], []
             for k, at in zip(shapes, offsets.tolist()):
-                flow, res, _ = net.binding_pairs(kept[k].route)
+                flow, res, _ = net.binding_pairs(self.shapes[k].route)
                 flows.append(flow + at)
                 resources.append(res)
             used, inverse = np.unique(np.concatenate(resources), return_inverse=True)
@@ -199,10 +209,8 @@ class PlayPlan:
         amount = self._window_amount(step, k)
         if amount is None:
             amount = step.size * self.bytes_per_element
-        if self.whole_ring is not None:  # its steps' shapes are never merged
-            return amount
         shape = self.shapes[self.step_shape[k]]
-        if shape.merged:
+        if shape.merged:  # (never a whole, whose steps move each of its pairs once)
             amount = np.bincount(shape.slot_of, weights=amount, minlength=shape.src.size)
         return amount
 
@@ -220,7 +228,7 @@ class PlayPlan:
         if gamma in self._ring_views:
             return self._ring_views[gamma]
         found = None
-        shape = self.shapes[0] if len(self.shapes) == 1 else None
+        shape = self.shapes[0] if len(self.shapes) == 1 and self.shapes[0].sender_slot is None else None
         sized = self.schedule.size_windows() if self.schedule.steps else None
         if shape is not None and shape.successor and not shape.merged and sized is not None:
             n = shape.src.size
@@ -346,14 +354,14 @@ class UncontendedPlay:
         shapes, step_shape, durations = plan.shapes, plan.step_shape, plan.durations
         last_step = plan.last_steps()
         fill = plan.carried is None
-        ring = plan.whole_ring
         if fill:
-            carried = [np.zeros(shape.src.size) for shape in plan.kept_shapes]
+            carried = [np.zeros(shape.src.size) for shape in shapes]
             kept: list[np.ndarray] | None = [] if plan.schedule.transfers() <= _DURATIONS_MAX_TRANSFERS else None
-        first_start: list[np.ndarray | None] = [None] * len(shapes)
-        last_end: list[np.ndarray | None] = [None] * len(shapes)
-        if ring is not None:  # per slot of the whole ring
-            first_start, last_end = [np.full(ring.src.size, np.inf)], [np.full(ring.src.size, -np.inf)]
+        # per shape (per slot of a whole, over all its steps)
+        first_start: list[np.ndarray | None] = [None if shape.sender_slot is None else np.full(shape.src.size, np.inf)
+                                               for shape in shapes]
+        last_end: list[np.ndarray | None] = [None if shape.sender_slot is None else np.full(shape.src.size, -np.inf)
+                                             for shape in shapes]
         recording = _Recorder(self.budget.left)
         gamma = self.gamma_s_per_byte
         views = plan.ring_views(gamma)
@@ -364,19 +372,20 @@ class UncontendedPlay:
             if views is not None and k > 0 and not recording.wanted:
                 rest = k
                 break
-            if ring is not None:
-                index, shape = 0, _part_of_ring(ring, step, n_part)
-            else:
-                index = step_shape[k]
-                shape = shapes[index]
+            index = step_shape[k]
+            shape = shapes[index]
+            slots = None
+            if shape.sender_slot is not None:  # a whole: this step moves between some of its pairs
+                slots = shape.sender_slot[step.src]
+                shape = _part_of_whole(shape, slots, step, n_part)
             if durations is not None:
                 duration = durations[k]
             else:
                 amount = plan.amount(k, step)
                 duration = views.duration(k) if views is not None else amount / shape.rate
                 if fill:
-                    if shape.ring_slot is not None:
-                        carried[0][shape.ring_slot] += amount
+                    if slots is not None:
+                        carried[index][slots] += amount
                     else:
                         carried[index] += amount
                     if kept is not None:
@@ -412,10 +421,9 @@ class UncontendedPlay:
                 t[shape.takes_part] = done[shape.takes_part]
             elif done is not t:  # (a successor ring's step already ended in t itself)
                 t[:] = done
-            if shape.ring_slot is not None:  # a participant's steps come in order: the first start, the last end
-                slots = shape.ring_slot
-                first_start[0][slots] = np.minimum(first_start[0][slots], start)
-                last_end[0][slots] = np.maximum(last_end[0][slots], finish)
+            if slots is not None:
+                first_start[index][slots] = np.minimum(first_start[index][slots], start)
+                last_end[index][slots] = np.maximum(last_end[index][slots], finish)
             else:
                 if first_start[index] is None:
                     first_start[index] = start.copy()
@@ -517,7 +525,7 @@ class UncontendedPlay:
         plan = self.plan
         if self.exit_times is None or plan.carried is None:
             return np.zeros(0, np.int64), np.zeros(0)
-        return np.concatenate([s.route for s in plan.kept_shapes]), np.concatenate(plan.carried)
+        return np.concatenate([s.route for s in plan.shapes]), np.concatenate(plan.carried)
 
     def resource_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(resource, first use, last use) of every resource the play used (worked out once:
@@ -535,8 +543,8 @@ class UncontendedPlay:
         last = np.full(used.size, -np.inf)
         np.minimum.at(first, inverse, lo)
         np.maximum.at(last, inverse, hi)
-        if self.plan.whole_ring is not None:  # not the resources of ring slots that no step used
-            kept = np.isfinite(first)
+        kept = np.isfinite(first)  # not the resources of a whole's slots that no step used
+        if not kept.all():
             used, first, last = used[kept], first[kept], last[kept]
         self._spans = (used, first, last)
         return self._spans
@@ -577,9 +585,8 @@ class _Pairs:
 
 
 def _successor_ring_around(cluster: Cluster, participants: tuple[str, ...], steps) -> _Shape | None:
-    """The shape of the whole successor ring (participant i to i + 1, the last to the first)
-    when every step's transfers are some of its pairs, each once, and that ring keeps rules (1)
-    and (2); else None, and each step's shape is found and checked on its own."""
+    """The whole successor ring (participant i to i + 1, the last to the first) when every
+    step's transfers are some of its pairs, each once (_whole); else None."""
     n_part = len(participants)
     if n_part < 2 or not steps:
         return None
@@ -592,26 +599,30 @@ def _successor_ring_around(cluster: Cluster, participants: tuple[str, ...], step
         if int(seen.sum()) != src.size:  # a pair twice in a step: its shape merges them
             return None
     positions = np.arange(n_part, dtype=np.int64)
-    ring = _shape(cluster, participants, _Pairs(positions, (positions + 1) % n_part))
-    net = cluster.network
-    flow, res, weights = net.binding_pairs(ring.route)
-    if not _fits_in_a_step(net, ring, flow, res, weights):
-        return None
-    if not _share_a_participant(*_distinct_users([np.stack([res, ring.src[flow], ring.dst[flow]])], n_part)):
-        return None
-    return ring
+    return _whole(cluster, participants, positions, (positions + 1) % n_part)
 
 
-def _part_of_ring(ring: _Shape, step: Step, n_part: int) -> _Shape:
-    """The shape of a step whose transfers are some of the successor ring's pairs, each once
-    (_successor_ring_around): the ring's routes, latencies and rates at their slots (the
-    ring's slot i is participant i's send), as _shape would find them pair by pair."""
+def _whole(cluster: Cluster, participants: tuple[str, ...], src: np.ndarray, dst: np.ndarray) -> _Shape | None:
+    """The shape of the pairs (src[i], dst[i]) as a whole (_Shape.sender_slot): None where a
+    participant sends on two of them, as a step's slots are then not its senders'."""
+    sends = np.bincount(src, minlength=len(participants))
+    if sends.size and int(sends.max()) > 1:
+        return None
+    shape = _shape(cluster, participants, _Pairs(src, dst))
+    sender_slot = np.full(len(participants), -1, dtype=np.int64)
+    sender_slot[shape.src] = np.arange(shape.src.size)
+    return replace(shape, sender_slot=sender_slot)
+
+
+def _part_of_whole(whole: _Shape, slots: np.ndarray, step: Step, n_part: int) -> _Shape:
+    """The shape of a step whose transfers are the whole's pairs at `slots`, each once: the
+    whole's routes, latencies and rates there, as _shape would find them pair by pair."""
     src, dst = step.src, step.dst
     taking = np.zeros(n_part, dtype=bool)
     taking[src] = True
     taking[dst] = True
-    return _Shape(np.arange(src.size), src, dst, ring.route[src], ring.latency[src], ring.rate[src], False,
-                  None, None, np.flatnonzero(taking), False, False, ring_slot=src)
+    return _Shape(np.arange(src.size), src, dst, whole.route[slots], whole.latency[slots], whole.rate[slots], False,
+                  None, None, np.flatnonzero(taking), False, False)
 
 
 def _repeats(values: np.ndarray, by_period: tuple[int, int]) -> bool:
