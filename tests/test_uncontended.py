@@ -354,16 +354,16 @@ def test_the_trace_of_a_played_allreduce_shows_what_the_flow_network_would(monke
         assert events(played, cat) and events(played, cat) == events(flowed, cat)
 
 
-def run_private(monkeypatch, topology: str, delays: bool, workload=GAN, **options):
+def run_private(monkeypatch, topology: str, delays: bool, workload=GAN, algorithm: str = "ring", **options):
     """A GAN run whose GPU compute phases are timed as delays (or all kept on the flow
     network); returns its record and how many phases were delays in the run that counted."""
     monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0 if delays else 10**18)
     topo = topology_from_dict({"name": topology, **TOPOLOGIES[topology]}, "test")
     gpus = len(topo.ranks)
-    scenario = Scenario(name="t", topology="t", workload=workload, gpus=[gpus], algorithms=["ring"], steps=3,
+    scenario = Scenario(name="t", topology="t", workload=workload, gpus=[gpus], algorithms=[algorithm], steps=3,
                         options=TrainingOptions(**options))
     timed = []
-    record = simulate_point(scenario, topo, gpus, "ring", on_timeline=lambda tl: timed.append(
+    record = simulate_point(scenario, topo, gpus, algorithm, on_timeline=lambda tl: timed.append(
         int(ran_alone(tl.graph.kind, tl.graph.route).sum())))
     return record, timed[0]
 
@@ -406,6 +406,22 @@ def test_compute_phases_that_meet_on_one_gpu_are_played_again_on_the_flow_networ
     as_delays, timed = run_private(monkeypatch, "switch", True, "paper-mlp-gan", **options)
     as_flows, _ = run_private(monkeypatch, "switch", False, "paper-mlp-gan", **options)
     assert timed == 0  # found overlapping, played again with every phase a flow
+    assert as_delays == as_flows
+
+
+def test_a_run_played_again_works_out_nccls_view_of_the_machine_once(monkeypatch):
+    """The fp16 run above with `nccl`: played again on a cluster built afresh, it reuses NCCL's
+    tuning and plans (their routes are added to each cluster), with the same figures as the
+    run kept on the flow network from the start."""
+    from gansim.collectives import nccl
+
+    built = []
+    real = nccl.nccl_state
+    monkeypatch.setattr(nccl, "nccl_state", lambda *a, **k: built.append(1) or real(*a, **k))
+    options = {"overlap": True, "gradient_dtype": "fp16"}
+    as_delays, timed = run_private(monkeypatch, "multi_node", True, "paper-mlp-gan", algorithm="nccl", **options)
+    assert timed == 0 and len(built) == 1  # played again, with NCCL's view of the first play
+    as_flows, _ = run_private(monkeypatch, "multi_node", False, "paper-mlp-gan", algorithm="nccl", **options)
     assert as_delays == as_flows
 
 

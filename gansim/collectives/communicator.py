@@ -67,6 +67,9 @@ class Communicator:
     # per collective (its index in `spans`): how many of its first steps to play on the flow
     # network before the rest is played, where other work met its start (training/step.py)
     head_steps: dict[int, int] = field(default_factory=dict)
+    # NCCL's view of the machine, shared by the communicators of one run played again on a
+    # cluster built afresh from the same topology (its plans keep their routes per cluster)
+    nccl_states: dict[tuple, nccl.NcclState] = field(default_factory=dict, repr=False)
     spans: list[CollectiveSpan] = field(default_factory=list)
     _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
     _budget: TransferBudget | None = None
@@ -103,7 +106,10 @@ class Communicator:
     def nccl(self) -> nccl.NcclState:
         """NCCL's view of this run's machine and its tuning (built on first use)."""
         if self._nccl is None:
-            self._nccl = nccl.nccl_state(self.cluster, self.nccl_version, self.nccl_single_process)
+            key = (self.nccl_version, self.nccl_single_process)
+            if key not in self.nccl_states:
+                self.nccl_states[key] = nccl.nccl_state(self.cluster, self.nccl_version, self.nccl_single_process)
+            self._nccl = self.nccl_states[key]
         return self._nccl
 
     def allreduce(self, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:

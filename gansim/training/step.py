@@ -367,8 +367,9 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     alone, heads = uncontended, {}
+    nccl_states: dict = {}  # NCCL's view of the machine, worked out once for every play of the run
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
-                         alone, pooled=uncontended, heads=heads)
+                         alone, pooled=uncontended, heads=heads, nccl_states=nccl_states)
     for _ in range(_MAX_REPLAYS):
         shared = _what_was_shared(timeline)
         if shared is None:
@@ -380,8 +381,9 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
         else:
             break
         timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
-                             alone, heads=heads)
-    return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False)
+                             alone, heads=heads, nccl_states=nccl_states)
+    return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False,
+                     nccl_states=nccl_states)
 
 
 # what _what_was_shared finds: a play met something, or only work timed as alone did
@@ -471,7 +473,8 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
-              alone: bool, pooled: bool = False, heads: dict[int, int] | None = None) -> RunTimeline:
+              alone: bool, pooled: bool = False, heads: dict[int, int] | None = None,
+              nccl_states: dict | None = None) -> RunTimeline:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -479,7 +482,8 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
     comm = Communicator.for_options(cluster, graph, point.algorithm, point.cost_model, point.options,
                                     gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
                                     uncontended_min_transfers=uncontended_min_transfers,
-                                    keep_transfers=keep_transfers, head_steps=dict(heads or {}))
+                                    keep_transfers=keep_transfers, head_steps=dict(heads or {}),
+                                    nccl_states={} if nccl_states is None else nccl_states)
     builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
@@ -501,7 +505,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
         # the run needs events after all, and pooled phases must start after every rank's
         # previous task: built again with them as flows
         return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers,
-                         uncontended_min_transfers, alone, pooled=False, heads=heads)
+                         uncontended_min_transfers, alone, pooled=False, heads=heads, nccl_states=nccl_states)
     execution = execute(frozen, env, cluster.network)
     return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes,
                        builder.pooled_groups)
