@@ -149,17 +149,19 @@ class PlayPlan:
             # they hold for the whole, as a step's pairs and its loads on each resource are some
             # of the whole's; its steps' shapes are made as a play reaches them.
             pairs = getattr(part.steps, "whole_pairs", None)
+            one_pairing = pairs is None and part.one_pairing()
             whole = None
             if pairs is not None:
                 whole = _whole(cluster, participants, *pairs)
-            elif not part.one_pairing():
+            elif not one_pairing:
                 whole = _successor_ring_around(cluster, participants, part.steps)
             index = None if whole is None else add(whole)
             if index is not None:
                 step_shape += [index] * len(part.steps)
                 continue
-            if part.one_pairing():
-                index = add(_shape(cluster, participants, part.steps[0]))
+            if one_pairing:
+                first = part.steps[0]
+                index = add(_shape(cluster, participants, first.src, first.dst))
                 if index is None:
                     return None
                 step_shape += [index] * len(part.steps)
@@ -171,7 +173,7 @@ class PlayPlan:
                 index = by_arrays.get(key)
                 if index is None:
                     alive.append(step)
-                    index = add(_shape(cluster, participants, step))
+                    index = add(_shape(cluster, participants, step.src, step.dst))
                     if index is None:
                         return None
                     by_arrays[key] = index
@@ -550,15 +552,16 @@ class UncontendedPlay:
         return self._spans
 
 
-def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shape:
+def _shape(cluster: Cluster, participants: tuple[str, ...], step_src: np.ndarray, step_dst: np.ndarray) -> _Shape:
+    """The shape of a step's transfers from step_src[i] to step_dst[i]."""
     n_part = len(participants)
-    pair = step.src * n_part + step.dst
+    pair = step_src * n_part + step_dst
     distinct, slot_of = np.unique(pair, return_inverse=True)
     merged = distinct.size != pair.size
     if merged:
         src, dst = np.divmod(distinct, n_part)
     else:
-        src, dst, slot_of = step.src, step.dst, np.arange(pair.size)
+        src, dst, slot_of = step_src, step_dst, np.arange(pair.size)
     route = cluster.pair_routes(participants, src, dst)
     net = cluster.network
     rate = net.alone_rate(route)
@@ -574,14 +577,6 @@ def _shape(cluster: Cluster, participants: tuple[str, ...], step: Step) -> _Shap
     successor = ring and bool((dst == (src + 1) % n_part).all())
     return _Shape(slot_of, src, dst, route, net.route_latency(route), rate, merged, send_slot, recv_slot, takes_part,
                   ring, successor)
-
-
-@dataclass(frozen=True)
-class _Pairs:
-    """The src and dst of a step (what _shape reads of one)."""
-
-    src: np.ndarray
-    dst: np.ndarray
 
 
 def _successor_ring_around(cluster: Cluster, participants: tuple[str, ...], steps) -> _Shape | None:
@@ -608,7 +603,7 @@ def _whole(cluster: Cluster, participants: tuple[str, ...], src: np.ndarray, dst
     sends = np.bincount(src, minlength=len(participants))
     if sends.size and int(sends.max()) > 1:
         return None
-    shape = _shape(cluster, participants, _Pairs(src, dst))
+    shape = _shape(cluster, participants, src, dst)
     sender_slot = np.full(len(participants), -1, dtype=np.int64)
     sender_slot[shape.src] = np.arange(shape.src.size)
     return replace(shape, sender_slot=sender_slot)

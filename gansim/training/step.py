@@ -473,8 +473,8 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
-              alone: bool, pooled: bool = False, heads: dict[int, int] | None = None,
-              nccl_states: dict | None = None) -> RunTimeline:
+              alone: bool, pooled: bool = False, heads: dict[int, int] | None = None, *,
+              nccl_states: dict) -> RunTimeline:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -483,7 +483,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                                     gamma_s_per_byte=gamma_s_per_byte, element_bytes=element_bytes,
                                     uncontended_min_transfers=uncontended_min_transfers,
                                     keep_transfers=keep_transfers, head_steps=dict(heads or {}),
-                                    nccl_states={} if nccl_states is None else nccl_states)
+                                    nccl_states=nccl_states)
     builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
