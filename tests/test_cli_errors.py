@@ -136,3 +136,25 @@ def test_failed_run_keeps_good_results(capsys, tmp_path, write_yaml):
     bad = write_yaml("s.yaml", scenario("paper-gtx1080ti-pcie", gpus=[1, 64]))
     run_bad(capsys, ["simulate", str(bad), "--out", str(out)])
     assert (out / "summary.json").read_bytes() == good
+
+
+def test_hierarchical_ring_on_machines_left_part_full_is_refused_before_any_run(capsys, tmp_path, write_yaml):
+    """12 GPUs on machines of 8 sit 8 and 4: a hierarchical ring (a ring inside each machine,
+    as many GPUs in each) cannot be built; one line before the 1- and 8-GPU runs are simulated."""
+    topo = write_yaml("mn.yaml", {"name": "mn", "generator": "multi_node", "params": {"nodes": 2}})
+    path = write_yaml("s.yaml", scenario(str(topo), gpus=[1, 8, 12], algorithms=["ring", "hierarchical_ring"]))
+    line = run_bad(capsys, ["simulate", str(path), "--out", str(tmp_path / "out")])
+    assert "s.yaml" in line and ": gpus:" in line and "12 GPUs" in line and "8 and 4" in line
+    assert "a multiple of 8" in line
+    assert not (tmp_path / "out" / "summary.json").exists()
+    # the same GPU counts on machines filled alike run
+    assert main(["simulate", str(write_yaml("ok.yaml", scenario(str(topo), gpus=[1, 8, 16],
+                                                                 algorithms=["hierarchical_ring"]))),
+                 "--out", str(tmp_path / "ok")]) == 0
+
+
+def test_nccl_tests_of_a_hierarchical_ring_over_machines_left_part_full_is_one_line(capsys, write_yaml):
+    topo = write_yaml("mn.yaml", {"name": "mn", "generator": "multi_node", "params": {"nodes": 2, "gpus_per_node": 4}})
+    line = run_bad(capsys, ["nccl-tests", str(topo), "-g", "6", "-b", "1M", "-e", "1M",
+                            "--algorithm", "hierarchical_ring"])
+    assert "mn.yaml" in line and "6 GPUs" in line and "4 and 2" in line and "a multiple of 4" in line

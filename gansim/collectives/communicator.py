@@ -25,6 +25,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.registry import Registry
 from gansim.network.cluster import Cluster
 from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
+from gansim.topology.graph import Topology
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,10 @@ class Communicator:
         return exits
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(g) for g in self.cluster.groups())
+        topology = self.cluster.topology
+        groups = machine_groups(topology, self.cluster.ranks, self.algorithm, source=topology.source,
+                                field="algorithms")
+        return tuple(tuple(g) for g in groups)
 
     def link_parameters(self) -> LinkParameters:
         nodes = self.cluster.rank_nodes
@@ -188,6 +192,31 @@ def register_cost_model(name: str) -> Callable[[type[CostModel]], type[CostModel
         return cls
 
     return decorate
+
+
+# algorithms that split the ranks by machine into groups of one size (schedules.hierarchical_ring)
+EQUAL_GROUP_ALGORITHMS = ("hierarchical_ring",)
+
+
+def machine_groups(topology: Topology, ranks: int, algorithm: str, *, source: str | None,
+                   field: str) -> list[list[int]]:
+    """The first `ranks` ranks grouped by machine (Topology.rank_groups); for an algorithm
+    that needs groups of one size, a one-line error where they differ (12 GPUs on machines
+    of 8 sit 8 and 4), saying which GPU counts the topology allows."""
+    groups = topology.rank_groups(ranks)
+    sizes = sorted({len(g) for g in groups}, reverse=True)
+    if algorithm not in EQUAL_GROUP_ALGORITHMS or len(sizes) == 1:
+        return groups
+    per_machine = {len(g) for g in topology.rank_groups(len(topology.ranks))}
+    if len(per_machine) == 1:
+        (m,) = per_machine
+        allowed = f"at most {m} GPUs or a multiple of {m} (the GPUs of one machine), or another algorithm"
+    else:
+        allowed = "a GPU count that gives every machine as many GPUs, or another algorithm"
+    raise UserInputError(
+        f"{algorithm} runs a ring inside each machine over as many GPUs on every machine, but {ranks} GPUs of "
+        f"topology {topology.name!r} sit {' and '.join(map(str, sizes))} to a machine; allowed: {allowed}",
+        source=source, field=field)
 
 
 @lru_cache(maxsize=64)
@@ -253,7 +282,7 @@ class FlowModel(CostModel):
 
     def all_reduce(self, comm: Communicator, entry: np.ndarray, nbytes: float, label: str) -> np.ndarray:
         count = max(1, int(np.ceil(nbytes / comm.element_bytes)))
-        groups = comm.groups() if comm.algorithm in ("hierarchical_ring",) else None
+        groups = comm.groups() if comm.algorithm in EQUAL_GROUP_ALGORITHMS else None
         schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
         if (comm.uncontended_min_transfers is not None and comm.chunks == 1
                 and schedule.transfers() >= comm.uncontended_min_transfers):

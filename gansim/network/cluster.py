@@ -227,11 +227,7 @@ class Cluster:
 
     def groups(self) -> list[list[int]]:
         """Ranks grouped by the machine they sit in, in rank order."""
-        machine = self.topology.machine_of
-        out: dict[int, list[int]] = {}
-        for r, node in enumerate(self.rank_nodes):
-            out.setdefault(machine[node], []).append(r)
-        return list(out.values())
+        return self.topology.rank_groups(self.ranks)
 
 
 def _idle_pools(compute_routes: list[list[int]], loader_routes: list[list[int]], capacity: list[float]) -> set[int]:

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from gansim.collectives.communicator import COST_MODELS
+from gansim.collectives.communicator import COST_MODELS, EQUAL_GROUP_ALGORITHMS, machine_groups
 from gansim.collectives.schedules import ALGORITHMS
 from gansim.core import limits
 from gansim.core.config import Scenario, parse
@@ -105,6 +105,9 @@ def validate_references(loaded: LoadedScenario) -> None:
                 f"{max(scenario.gpus)} GPUs asked but topology {topo.name!r} has {len(topo.ranks)}",
                 source=src, field="gpus",
             )
+        for algorithm in set(scenario.algorithms) & set(EQUAL_GROUP_ALGORITHMS):
+            for gpus in scenario.gpus:
+                machine_groups(topo, gpus, algorithm, source=src, field="gpus")
         scenario_workload(scenario, source=src)
 
 

@@ -280,6 +280,15 @@ class Topology:
         number[np.argsort(first)] = np.arange(count)
         return dict(zip(ids, number[label].tolist()))
 
+    def rank_groups(self, ranks: int) -> list[list[int]]:
+        """The first `ranks` ranks grouped by the machine they sit in (machine_of), each group
+        in rank order, groups in the order of their first rank."""
+        machine = self.machine_of
+        out: dict[int, list[int]] = {}
+        for r, node in enumerate(self.ranks[:ranks]):
+            out.setdefault(machine[node], []).append(r)
+        return list(out.values())
+
     def route(self, src: str, dst: str) -> Route:
         key = (src, dst)
         cached = self._routes.get(key)
