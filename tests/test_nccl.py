@@ -251,3 +251,18 @@ def test_with_fewer_nics_than_gpus_the_tree_beats_the_ring_bound():
     ring_bound = 4 * 12.5
     assert busbw(t, 16, 1 << 30) > ring_bound
     assert busbw(t, 16, 1 << 30, nccl_algo="ring") <= ring_bound
+
+
+@pytest.mark.parametrize("generator", ["nvswitch", "fully_connected"])
+def test_ring_search_of_a_machine_of_many_gpus_goes_deeper_than_pythons_recursion_limit(generator):
+    """search.cc's depth-first ring search is as deep as its steps: a ring through 128 GPUs
+    of one machine, then the next channel as deep again, is thousands of calls (a
+    RecursionError when each was a Python call). Every channel found is a ring through
+    every GPU, each hop a direct link."""
+    topology = topo(generator, gpus=128)
+    ring = NcclMachine.build(topology, 128).ring
+    assert ring.channels >= 2
+    for order in ring.orders:
+        assert sorted(order) == list(range(128))
+        names = [topology.ranks[r] for r in order]
+        assert all(topology.has_link(a, b) or generator == "nvswitch" for a, b in zip(names, names[1:] + names[:1]))

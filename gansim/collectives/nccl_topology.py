@@ -30,6 +30,7 @@ On AMD hosts with at most two GPUs P2P is allowed up to SYS (ncclTopoCheckP2p).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -487,7 +488,12 @@ class NcclMachine:
         best: list[list[int]] = []
         chosen: list[list[int]] = []
 
-        def extend(order: list[int], used: set[int]) -> None:
+        # The search goes as deep as it has steps (a ring of a 72-GPU machine is 72 calls deep,
+        # each further channel as deep again), past Python's recursion limit: each call of
+        # `extend` is a generator that yields the calls it makes, run from a stack of them.
+        Call = tuple[list[int], set[int]]
+
+        def extend(order: list[int], used: set[int]) -> Iterator[Call]:
             nonlocal best
             if budget[0] <= 0 or len(best) >= want:
                 return
@@ -500,7 +506,7 @@ class NcclMachine:
                     if len(chosen) > len(best):
                         best = [list(c) for c in chosen]
                     if len(chosen) < want:
-                        extend([members[0]], {members[0]})
+                        yield [members[0]], {members[0]}
                     chosen.pop()
                     fits(back, -1)
                 return
@@ -509,14 +515,20 @@ class NcclMachine:
                 if fits(hop, 1):
                     order.append(nxt)
                     used.add(nxt)
-                    extend(order, used)
+                    yield order, used
                     used.discard(nxt)
                     order.pop()
                     fits(hop, -1)
                 if len(best) >= want or budget[0] <= 0:
                     return
 
-        extend([members[0]], {members[0]})
+        calls = [extend([members[0]], {members[0]})]
+        while calls:
+            made = next(calls[-1], None)
+            if made is None:
+                calls.pop()
+            else:
+                calls.append(extend(*made))
         return best
 
     def _channel_bound(self, rank: int, members: list[int], bw: float, max_type: int) -> int:
