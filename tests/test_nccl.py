@@ -266,3 +266,26 @@ def test_ring_search_of_a_machine_of_many_gpus_goes_deeper_than_pythons_recursio
         assert sorted(order) == list(range(128))
         names = [topology.ranks[r] for r in order]
         assert all(topology.has_link(a, b) or generator == "nvswitch" for a, b in zip(names, names[1:] + names[:1]))
+
+
+def test_nccls_view_of_a_machine_searches_routes_once_per_rank_not_per_pair(monkeypatch):
+    """Rings and path types look at every pair of a machine's ranks: the routes out of each
+    rank to its machine are found in one search of the topology (Topology.routes), where a
+    search per pair made over 4,000 for 64 GPUs; and they are the routes found one at a time."""
+    from gansim.topology.graph import Topology
+    searches = []
+    real = Topology._search_routes
+
+    def counted(self, missing):
+        searches.append(len(missing))
+        return real(self, missing)
+
+    monkeypatch.setattr(Topology, "_search_routes", counted)
+    topology = topo("pcie_tree", gpus=64)
+    machine = NcclMachine.build(topology, 64)
+    ring = machine.ring
+    assert ring.channels >= 1 and len(searches) <= 3 * 64  # and to the host, for paths through it
+    alone = topo("pcie_tree", gpus=64)
+    names = topology.ranks
+    for a, b in [(0, 1), (5, 63), (63, 0), (17, 40)]:
+        assert topology.route(names[a], names[b]).links.tolist() == alone.route(names[a], names[b]).links.tolist()

@@ -219,6 +219,7 @@ class NcclMachine:
     hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING
     speeds: SpeedTable = NEWEST_SPEEDS  # the search's speed steps
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
+    _routes_from: set[int] = field(default_factory=set, repr=False)  # ranks whose machine's routes are found
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
     # gansim/collectives/nccl.py's loads of every hop of a set of channels, per protocol's wire
     # factor and channels (the same for every message size)
@@ -308,6 +309,15 @@ class NcclMachine:
         return PATH_PXB if kinds.count("pcie_switch") + kinds.count("nic") > 1 else PATH_PIX
 
     @cached_property
+    def _machine_of_rank(self) -> list[list[int]]:
+        """Per rank, the ranks of its machine (`nodes`)."""
+        out: list[list[int]] = [[] for _ in self.rank_nodes]
+        for members in self.nodes:
+            for r in members:
+                out[r] = members
+        return out
+
+    @cached_property
     def _link_head_kinds(self) -> list[str]:
         """The kind of the node each directed link leads to."""
         kinds = [spec.kind for spec in self.topology.nodes.values()]
@@ -328,6 +338,11 @@ class NcclMachine:
                 links += topo.route(s, d).links.tolist()
             found = Hop(tuple(links), PATH_NET, "net")
         else:
+            if a not in self._routes_from:
+                # every route out of a to its machine's ranks in one search (Topology.routes),
+                # not one search per pair: rings and path types look at every pair of a machine
+                self._routes_from.add(a)
+                topo.routes([(na, self.rank_nodes[r]) for r in self._machine_of_rank[a] if r != a])
             direct = topo.route(na, nb).links.tolist()
             ptype = self.path_type(direct)
             p2p_level = self._p2p_level
@@ -468,18 +483,17 @@ class NcclMachine:
 
         def candidates(cur: int, used: set[int]) -> list[int]:
             options = []
+            here = members.index(cur)
             for i, r in enumerate(members):
                 if r in used:
                     continue
                 hop = self.hop(cur, r)
                 if hop.path_type > max_type:
                     continue
-                offset = (members.index(r) - members.index(cur)) % n
-                options.append((-self.hop_bw(hop), len(hop.links), offset, r))
+                options.append((-self.hop_bw(hop), len(hop.links), (i - here) % n, r))
             options.sort()
             if self.nvswitch:  # search.cc NextGpuSort: "NVSwitches prefer when we talk to a limited
                 # set of peers": only the next and the previous GPU are tried
-                here = members.index(cur)
                 near = [members[(here + 1) % n], members[(here - 1) % n]]
                 return [r for r in near if any(o[3] == r for o in options)]
             return [o[3] for o in options]
