@@ -158,3 +158,15 @@ def test_nccl_tests_of_a_hierarchical_ring_over_machines_left_part_full_is_one_l
     line = run_bad(capsys, ["nccl-tests", str(topo), "-g", "6", "-b", "1M", "-e", "1M",
                             "--algorithm", "hierarchical_ring"])
     assert "mn.yaml" in line and "6 GPUs" in line and "4 and 2" in line and "a multiple of 4" in line
+
+
+def test_a_global_batch_smaller_than_the_gpus_is_refused(capsys, write_yaml):
+    """Strong scaling splits the global batch over the GPUs; 4 samples over 8 GPUs would
+    leave each half a sample (it was simulated as such)."""
+    path = write_yaml("s.yaml", scenario("dgx-a100", gpus=[1, 2, 8], scaling="strong", global_batch=4))
+    line = run_bad(capsys, ["simulate", str(path)])
+    assert "s.yaml" in line and ": global_batch:" in line and "8 GPUs" in line and "8 or more" in line
+    swept = write_yaml("w.yaml", scenario("dgx-a100", gpus=[1, 8], scaling="strong", global_batch=64,
+                                          sweep={"global_batch": [64, 6]}))
+    line = run_bad(capsys, ["simulate", str(swept)])
+    assert "w.yaml" in line and "sweep.global_batch" in line and "6 samples" in line

@@ -148,3 +148,10 @@ def test_a_scenario_run_from_a_profile_has_bands_and_the_report_draws_them(table
     traces = speedup_figure([RunRecord.from_dict(run) for run in summary["runs"]]).data
     filled = [t for t in traces if t.get("fill") == "tonexty"]
     assert len(filled) == 1 and filled[0]["y"] == [r["band"]["speedup_low"] for r in summary["runs"]]
+
+
+def test_a_global_batch_smaller_than_the_ranks_is_refused(table3, capsys):
+    _, path = table3
+    assert main(["predict", "--profile", str(path), "--world-sizes", "1,2,4", "--global-batch", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--global-batch" in err and "4 ranks" in err and "4 or more" in err

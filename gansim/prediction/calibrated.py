@@ -182,6 +182,10 @@ def batch_shape(profile: Profile, per_gpu_batch: float | None, global_batch: flo
                              "cannot be moved to another batch; import the trace again with --batch-size N",
                              field="--per-gpu-batch" if per_gpu_batch is not None else "--global-batch")
     if global_batch is not None:
+        if global_batch < world_size:
+            raise UserInputError(f"a global batch of {global_batch:g} samples cannot be split over {world_size} ranks, "
+                                 f"each of which trains on at least one; allowed: {world_size} or more",
+                                 field="--global-batch")
         return global_batch / world_size
     return float(per_gpu_batch if per_gpu_batch is not None else profile.provenance.batch_size)
 

@@ -105,6 +105,12 @@ def validate_references(loaded: LoadedScenario) -> None:
                 f"{max(scenario.gpus)} GPUs asked but topology {topo.name!r} has {len(topo.ranks)}",
                 source=src, field="gpus",
             )
+        if scenario.scaling == "strong" and scenario.global_batch is not None \
+                and scenario.global_batch < max(scenario.gpus):
+            raise UserInputError(
+                f"a global batch of {scenario.global_batch} samples cannot be split over {max(scenario.gpus)} GPUs, "
+                f"each of which trains on at least one; allowed: {max(scenario.gpus)} or more",
+                source=src, field="sweep.global_batch" if "global_batch" in overrides else "global_batch")
         for algorithm in set(scenario.algorithms) & set(EQUAL_GROUP_ALGORITHMS):
             for gpus in scenario.gpus:
                 machine_groups(topo, gpus, algorithm, source=src, field="gpus")
