@@ -170,3 +170,11 @@ def test_a_global_batch_smaller_than_the_gpus_is_refused(capsys, write_yaml):
                                           sweep={"global_batch": [64, 6]}))
     line = run_bad(capsys, ["simulate", str(swept)])
     assert "w.yaml" in line and "sweep.global_batch" in line and "6 samples" in line
+
+
+def test_a_topology_written_beside_a_sweep_of_topologies_is_checked_too(capsys, write_yaml):
+    broken = write_yaml("broken.yaml", {**BOX, "links": [{**BOX["links"][0], "bandwidth_GBps": "fast"},
+                                                         BOX["links"][1]]})
+    path = write_yaml("s.yaml", scenario(str(broken), sweep={"topology": ["paper-gtx1080ti-pcie"]}))
+    line = run_bad(capsys, ["simulate", str(path)])
+    assert "broken.yaml" in line and "links[0].bandwidth_GBps" in line

@@ -96,6 +96,11 @@ def validate_references(loaded: LoadedScenario) -> None:
     limits.RUNS.check(planned_runs(s), source=src, field="sweep" if s.sweep else "gpus")
     for i, name in enumerate(s.algorithms):
         ALGORITHMS.get(name, source=src, field=f"algorithms[{i}]")
+    # what is written beside a sweep of it is something the user gave too
+    if "topology" in s.sweep:
+        loaded.topology(s)
+    if "workload" in s.sweep:
+        scenario_workload(s, source=src)
     for overrides, scenario in loaded.combinations():
         COST_MODELS.get(scenario.cost_model, source=src,
                         field="sweep.cost_model" if "cost_model" in overrides else "cost_model")
