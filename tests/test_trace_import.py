@@ -85,6 +85,13 @@ def test_bad_traces_are_one_line_and_leave_the_profile(tmp_path, capsys):
     with gzip.open(steps, "wt") as fh:
         json.dump(data, fh)
     assert "no ProfilerStep#N events" in run_bad(capsys, ["calibrate", "--from-trace", str(steps), "--out", str(out)])
+    data = read_trace(TRACES[0])
+    op = next(i for i, e in enumerate(data["traceEvents"]) if e.get("ph") == "X" and e.get("cat") == "cpu_op")
+    data["traceEvents"][op]["tid"] = {"thread": 1}  # ids are numbers or names; this one was a TypeError
+    odd_tid = tmp_path / "oddtid.json"
+    odd_tid.write_text(json.dumps(data))
+    line = run_bad(capsys, ["calibrate", "--from-trace", str(odd_tid), "--out", str(out)])
+    assert f"traceEvents[{op}]" in line and "tid that is neither a number nor a string" in line
     notjson = tmp_path / "x.json"
     notjson.write_text("{")
     assert "not a JSON Chrome trace" in run_bad(capsys, ["calibrate", "--from-trace", str(notjson), "--out", str(out)])

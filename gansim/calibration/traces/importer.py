@@ -173,6 +173,9 @@ def _complete_event_problem(e: dict) -> Optional[str]:
         return f"{e['name']!r} has no duration dur from 0 to {MAX_DUR_US:g} microseconds"
     if not isinstance(e.get("args", {}), dict):
         return f"{e['name']!r} has args that are not a mapping"
+    for key in ("pid", "tid"):  # the Trace Event Format's process and thread ids: numbers or names
+        if key in e and not (isinstance(e[key], (int, float, str)) and not isinstance(e[key], bool)):
+            return f"{e['name']!r} has a {key} that is neither a number nor a string"
     return None
 
 
