@@ -77,6 +77,10 @@ def test_rows_that_contradict_each_other_are_refused_in_one_line(tmp_path, capsy
     ("gpus,batch,step_time_s\n1,64,0.2\n", ("unknown column 'batch'", "allowed")),
     ("gpus,per_gpu_batch,time_s\n1,64,20\n", ("steps",)),
     ("gpus,per_gpu_batch,step_time_s\n1,64\n", ("row 2", "2 cells")),
+    # per step below what a profile holds, or above (both were a pydantic traceback)
+    ("gpus,per_gpu_batch,time_s,steps\n1,64,1e-300,400\n2,64,1,400\n",
+     ("row 2", "column time_s", "over 400 steps", "per optimizer step", "allowed")),
+    ("gpus,per_gpu_batch,step_time_s\n1,64,0.2\n2,64,1e9\n", ("row 3", "column step_time_s", "1e+06 s per step")),
 ])
 def test_every_cell_is_checked_with_one_line_naming_file_row_and_column(tmp_path, capsys, text, names):
     table = write_csv(tmp_path, text)

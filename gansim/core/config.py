@@ -96,7 +96,8 @@ def at_least(floor: float, unit: str) -> AfterValidator:
 
 MAX_SECONDS = 1e6  # any one duration: a phase, a restart, an overhead (11.6 days)
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
-PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS), at_least(1e-12, " s")]
+MIN_SECONDS = 1e-12  # the shortest duration above zero
+PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS), at_least(MIN_SECONDS, " s")]
 Microseconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]  # a latency: up to 1 s
 SecondsPerByte = Annotated[float, Field(ge=0, le=1e-3)]  # 1 kB/s and faster
 BandwidthGBps = Annotated[float, Field(gt=0, le=1e6), at_least(1e-6, " GB/s")]  # per direction

@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from gansim.core import limits
+from gansim.core.config import MAX_SECONDS, MIN_SECONDS
 from gansim.core.errors import UserInputError
 
 # column -> what it holds; "label" is free text shown beside the row's residual
@@ -169,7 +170,13 @@ def read_timings(path: str, dataset_samples: Optional[int] = None) -> list[Timin
         else:
             assert dataset_samples is not None
             steps = math.ceil(dataset_samples / (gpus * batch))
-        rows.append(TimingRow(line, gpus, batch, rounds, seconds / steps, values.get("label", "")))
+        per_step = seconds / steps
+        if not MIN_SECONDS <= per_step <= MAX_SECONDS:
+            per = "" if time_column == "step_time_s" else f" over {steps:g} steps"
+            raise UserInputError(f"{values[time_column]!r}{per} is {per_step:.3g} s per optimizer step; allowed: "
+                                 f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s per step", source=path,
+                                 field=f"row {line}, column {time_column}")
+        rows.append(TimingRow(line, gpus, batch, rounds, per_step, values.get("label", "")))
         if len(rows) > MAX_ROWS:
             raise UserInputError(f"more than {MAX_ROWS} rows; allowed: a table of reported timings", source=path)
     if not rows:
