@@ -128,27 +128,34 @@ class TaskGraph:
         self._edge_dst.append(after[keep])
 
     def freeze(self) -> "FrozenGraph":
-        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        """The graph as arrays. The builder's lists are let go as each is joined (a graph of
+        millions of tasks would otherwise be held twice while it runs); nothing can be added
+        after."""
+        def cat(name: str, dtype: type) -> np.ndarray:
+            parts = getattr(self, name)
+            setattr(self, name, None)
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
 
-        src = cat(self._edge_src, np.int64)
-        dst = cat(self._edge_dst, np.int64)
-        order = np.argsort(src, kind="stable")
-        succ = dst[order]
+        src = cat("_edge_src", np.int64)
+        dst = cat("_edge_dst", np.int64)
+        succ = dst[np.argsort(src, kind="stable")]
         ptr = np.zeros(self.size + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=self.size), out=ptr[1:])
+        del src
         degree = np.diff(ptr)
         narrow = np.full((self.size, _NARROW), -1, dtype=np.int64)
         small = np.flatnonzero((degree > 0) & (degree <= _NARROW))
         for j in range(_NARROW):
             has = small[degree[small] > j]
             narrow[has, j] = succ[ptr[has] + j]
+        indegree = np.bincount(dst, minlength=self.size).astype(np.int64)
+        del dst
         return FrozenGraph(
             narrow_succ=narrow, wide=degree > _NARROW,
-            kind=cat(self._kind, np.int8), route=cat(self._route, np.int64), amount=cat(self._amount, float),
-            rank=cat(self._rank, np.int64), category=cat(self._category, np.int8), label=cat(self._label, np.int32),
-            detail=cat(self._detail, np.int32), labels=list(self.labels), succ_ptr=ptr, succ=succ,
-            indegree=np.bincount(dst, minlength=self.size).astype(np.int64), solved=list(self._solved),
+            kind=cat("_kind", np.int8), route=cat("_route", np.int64), amount=cat("_amount", float),
+            rank=cat("_rank", np.int64), category=cat("_category", np.int8), label=cat("_label", np.int32),
+            detail=cat("_detail", np.int32), labels=list(self.labels), succ_ptr=ptr, succ=succ,
+            indegree=indegree, solved=list(self._solved),
         )
 
 
