@@ -785,23 +785,37 @@ def contended(plays: list[UncontendedPlay], flow_resources: np.ndarray, flow_sta
         lo_parts.append(lo)
         hi_parts.append(hi)
         owner_parts.append(np.full(res.size, i))
+    # A run's rows number millions (every compute phase timed alone, on every rank): each
+    # array is made from the last and the last let go, one at a time.
     res, lo, hi, owner = (np.concatenate(x) for x in (res_parts, lo_parts, hi_parts, owner_parts))
+    del res_parts, lo_parts, hi_parts, owner_parts
     played = np.zeros(int(res.max()) + 1 if res.size else 0, dtype=bool)
     played[res[owner >= 0]] = True
     keep = played[res]  # only resources something timed alone used matter
-    res, lo, hi, owner = res[keep], lo[keep], hi[keep], owner[keep]
+    res = res[keep]
+    lo = lo[keep]
+    hi = hi[keep]
+    owner = owner[keep]
+    del keep
     if res.size < 2:
         return False
     order = np.lexsort((hi, lo, res))
-    res, lo, hi, owner = res[order], lo[order], hi[order], owner[order]
+    res = res[order]
+    lo = lo[order]
+    hi = hi[order]
+    is_play = owner[order] >= 0
+    del order, owner
     # per resource, sweep in start order: an interval overlaps an earlier one when the
     # earlier ones reach past its start; overlaps among flows only are the flow network's own
     span = float(max(hi.max(), 0.0)) - float(min(lo.min(), 0.0)) + 1.0
     offset = res * span
-    reach_all = np.maximum.accumulate(hi + offset)
-    reach_play = np.maximum.accumulate(np.where(owner >= 0, hi, -np.inf) + offset)
     same = res[1:] == res[:-1]
-    starts = lo[1:] + offset[1:]
-    by_anything = same & (reach_all[:-1] > starts) & (owner[1:] >= 0)
-    by_play = same & (reach_play[:-1] > starts)
-    return bool((by_anything | by_play).any())
+    del res
+    starts = np.add(lo, offset, out=lo)[1:]
+    reach = np.maximum.accumulate(hi + offset)  # of anything
+    if (same & (reach[:-1] > starts) & is_play[1:]).any():
+        return True
+    np.copyto(reach, np.where(is_play, hi, -np.inf))
+    reach += offset
+    np.maximum.accumulate(reach, out=reach)  # of plays
+    return bool((same & (reach[:-1] > starts)).any())

@@ -22,18 +22,24 @@ def union_length_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, 
         return np.zeros(ranks)
     span = float(max(end.max(), 0.0)) + 1.0
     # shift each rank into its own window so one sorted sweep merges all ranks at once
-    s = start + rank * span
-    e = end + rank * span
+    # (temporaries freed as soon as they are used: a run holds millions of intervals)
+    shift = rank * span
+    s = start + shift
+    e = np.add(end, shift, out=shift)
     order = np.argsort(s, kind="stable")
-    s, e, r = s[order], e[order], rank[order]
+    s = s[order]
+    e = e[order]
+    r = rank[order]
+    del order
     reach = np.maximum.accumulate(e)
-    new_segment = np.ones(s.size, dtype=bool)
-    new_segment[1:] = s[1:] > reach[:-1]
-    seg_id = np.cumsum(new_segment) - 1
-    seg_start = s[new_segment]
-    seg_end = np.zeros(seg_start.size)
-    np.maximum.at(seg_end, seg_id, e)
-    return np.bincount(r[new_segment], weights=seg_end - seg_start, minlength=ranks)
+    new_segment = np.empty(s.size, dtype=bool)
+    new_segment[0] = True
+    np.greater(s[1:], reach[:-1], out=new_segment[1:])
+    del reach
+    firsts = np.flatnonzero(new_segment)
+    seg_end = np.maximum.reduceat(e, firsts)  # each segment's furthest end
+    del e
+    return np.bincount(r[firsts], weights=seg_end - s[firsts], minlength=ranks)
 
 
 @dataclass(frozen=True)
@@ -244,26 +250,24 @@ def breakdown(timeline: RunTimeline) -> Breakdown:
     g, ex = timeline.graph, timeline.execution
     ranks = timeline.cluster.ranks
     owned = g.rank >= 0
-    intervals: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for name, category in (("compute", COMPUTE), ("data", DATA)):
-        sel = owned & (g.category == category)
-        intervals[name] = (g.rank[sel], ex.start[sel], ex.end[sel])
-    comm_rank, comm_start, comm_end = [], [], []
-    for span in timeline.spans:
-        entry_end = np.where(span.entry >= 0, ex.end[np.maximum(span.entry, 0)], 0.0)
-        comm_rank.append(np.arange(ranks))
-        comm_start.append(entry_end)
-        comm_end.append(ex.end[span.exit])
-    if comm_rank:
-        intervals["communication"] = (np.concatenate(comm_rank), np.concatenate(comm_start), np.concatenate(comm_end))
-    else:
-        intervals["communication"] = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+
+    def intervals(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if name != "communication":
+            sel = owned & (g.category == (COMPUTE if name == "compute" else DATA))
+            return g.rank[sel], ex.start[sel], ex.end[sel]
+        if not timeline.spans:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        entry_end = [np.where(span.entry >= 0, ex.end[np.maximum(span.entry, 0)], 0.0) for span in timeline.spans]
+        return (np.tile(np.arange(ranks), len(timeline.spans)), np.concatenate(entry_end),
+                np.concatenate([ex.end[span.exit] for span in timeline.spans]))
+
+    # each category's intervals made when added to the ones before (a run holds millions)
     covered = {}
-    acc_r, acc_s, acc_e = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+    acc: tuple[np.ndarray, ...] = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     for name in ("compute", "data", "communication"):
-        r, s, e = intervals[name]
-        acc_r, acc_s, acc_e = np.concatenate([acc_r, r]), np.concatenate([acc_s, s]), np.concatenate([acc_e, e])
-        covered[name] = union_length_per_rank(acc_r, acc_s, acc_e, ranks)
+        acc = tuple(np.concatenate([before, added]) for before, added in zip(acc, intervals(name)))
+        covered[name] = union_length_per_rank(*acc, ranks)
+    del acc
     makespan = ex.makespan
     compute = covered["compute"]
     data = covered["data"] - covered["compute"]
