@@ -321,3 +321,50 @@ def test_generator_steps_in_a_row_are_one_gan_step_without_markers():
     # iteration 8 (one G step) under way: each phase once
     assert rec.occurrence == dict.fromkeys(("d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s",
                                             "g_backward_s", "g_optimizer_s"), 1)
+
+
+MANUAL_ALLREDUCE_GAN = """
+import torch, torch.distributed as dist
+from torch import nn
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
+D = nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+
+def average(net):  # no DDP: each gradient all-reduced by hand after the backward
+    for p in net.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+for i in range(1000):
+    for _ in range(2):
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        average(D)
+        opt_d.step()
+    opt_g.zero_grad()
+    (-D(G(torch.randn(16, 8))).mean()).backward()
+    average(G)
+    opt_g.step()
+"""
+
+
+def test_all_reduces_issued_by_hand_between_backward_and_step_are_each_steps_own(tmp_path):
+    """Without markers a GAN step ends when the next one's first D step has stepped, so the
+    all-reduces of that D step come before the step is known to have begun: they are the new
+    step's, each network's once per D or G step (the first D step's were kept in the step
+    before, and the last, never-ended step's were left to no network: 0.67 and 0.33 a step)."""
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_ALLREDUCE_GAN)
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
+    assert result["d_steps"] == [2, 2, 2]
+    summary = summarize(result["collectives"], 3)
+    d_bytes, g_bytes = 4 * (16 * 24 + 24 + 24 + 1), 4 * (8 * 32 + 32 + 32 * 16 + 16)
+    per_step = {}
+    for c in summary:
+        per_step[(c.phase, c.occurrence)] = per_step.get((c.phase, c.occurrence), 0) + c.bytes * c.per_step
+    assert per_step == {("d_forward_s", 1): d_bytes, ("d_forward_s", 2): d_bytes, ("g_forward_s", 1): g_bytes}
+    buckets = gradient_buckets(summary)
+    assert sorted(buckets["discriminator"]) == sorted(4 * n for n in (16 * 24, 24, 24, 1))
+    assert sorted(buckets["generator"]) == sorted(4 * n for n in (8 * 32, 32, 32 * 16, 16))

@@ -217,10 +217,13 @@ class StepRecorder:
             self.samples.setdefault(name, []).append(value)
 
     def collective(self, op: str, nbytes: int, owner: str) -> None:
-        if self.quiet or self.index < self.warmup:
+        # AutoPhases ends a GAN step only when the next one's first D step has stepped: what
+        # is issued after a generator step is the next step's (the last, never ended, is not kept)
+        index = self.index + (1 if self.auto is not None and self.auto.pending is not None else 0)
+        if self.quiet or index < self.warmup or index >= self.steps:
             return
         name = self.open_name or ""
-        self.collectives.append({"step": self.index, "op": op, "phase": name,
+        self.collectives.append({"step": index, "op": op, "phase": name,
                                  "occurrence": self.occurrence.get(name, 0), "owner": owner,
                                  "bytes": int(nbytes)})
 
