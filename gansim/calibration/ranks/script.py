@@ -219,7 +219,7 @@ class StepRecorder:
     def collective(self, op: str, nbytes: int, owner: str) -> None:
         # AutoPhases ends a GAN step only when the next one's first D step has stepped: what
         # is issued after a generator step is the next step's (the last, never ended, is not kept)
-        index = self.index + (1 if self.auto is not None and self.auto.pending is not None else 0)
+        index = self.index + (1 if self.auto is not None and self.auto.active and self.auto.pending is not None else 0)
         if self.quiet or index < self.warmup or index >= self.steps:
             return
         name = self.open_name or ""
