@@ -225,10 +225,6 @@ class Cluster:
         values = [self.topology.nodes[n].tflops for n in self.rank_nodes]
         return None if any(v is None for v in values) else float(min(values))  # type: ignore[type-var]
 
-    def groups(self) -> list[list[int]]:
-        """Ranks grouped by the machine they sit in, in rank order."""
-        return self.topology.rank_groups(self.ranks)
-
 
 def _idle_pools(compute_routes: list[list[int]], loader_routes: list[list[int]], capacity: list[float]) -> set[int]:
     """Host core pools their work can never fill: only GPU ranks' input pipelines use them, each
