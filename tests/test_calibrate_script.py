@@ -234,6 +234,18 @@ def test_two_discriminators_are_d_steps_of_one_gan_step_without_markers():
     assert buckets["discriminator"] == [4 * d_a]
 
 
+def test_a_script_whose_data_loader_starts_worker_processes_runs_as_under_torchrun():
+    """A DataLoader's workers are children of the rank (which a daemonic process may not
+    have), started the platform's way as under torchrun: a spawned worker would run the
+    whole unguarded script again and die."""
+    script = Path(__file__).parent / "data" / "gan_loops.py"
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 1, (),
+                       script=ScriptSpec(str(script), ("loader_workers",)))["script"]
+    assert result["d_steps"] == [1, 1, 1] and result["batch_size"] == 16
+    buckets = gradient_buckets(summarize(result["collectives"], 3))
+    assert buckets["discriminator"] == [4 * (16 * 24 + 24 + 24 + 1)]
+
+
 def test_the_graph_of_a_generators_loss_holds_the_discriminators_weights():
     """What tells the networks apart without markers: a backward graph's saved tensors and
     leaves. D's loss on a detached fake holds none of G's parameters; G's loss holds D's
@@ -354,7 +366,8 @@ def test_all_reduces_issued_by_hand_between_backward_and_step_are_each_steps_own
     """Without markers a GAN step ends when the next one's first D step has stepped, so the
     all-reduces of that D step come before the step is known to have begun: they are the new
     step's, each network's once per D or G step (the first D step's were kept in the step
-    before, and the last, never-ended step's were left to no network: 0.67 and 0.33 a step)."""
+    before, and the last, never-ended step's were left to no network: 0.67 and 0.33 a step).
+    Issued after the backward, they are in the optimizer phase, whose time they take."""
     script = tmp_path / "manual.py"
     script.write_text(MANUAL_ALLREDUCE_GAN)
     result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
@@ -364,7 +377,7 @@ def test_all_reduces_issued_by_hand_between_backward_and_step_are_each_steps_own
     per_step = {}
     for c in summary:
         per_step[(c.phase, c.occurrence)] = per_step.get((c.phase, c.occurrence), 0) + c.bytes * c.per_step
-    assert per_step == {("d_forward_s", 1): d_bytes, ("d_forward_s", 2): d_bytes, ("g_forward_s", 1): g_bytes}
+    assert per_step == {("d_optimizer_s", 1): d_bytes, ("d_optimizer_s", 2): d_bytes, ("g_optimizer_s", 1): g_bytes}
     buckets = gradient_buckets(summary)
     assert sorted(buckets["discriminator"]) == sorted(4 * n for n in (16 * 24, 24, 24, 1))
     assert sorted(buckets["generator"]) == sorted(4 * n for n in (8 * 32, 32, 32 * 16, 16))

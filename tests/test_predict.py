@@ -61,6 +61,18 @@ def test_more_ranks_than_cores_go_at_the_pace_of_the_busiest_core():
     assert step(p, 4) > step(p, 3)
 
 
+def test_a_scripts_own_sums_of_each_gradient_are_predicted_one_all_reduce_each():
+    """A script without DDP that all-reduces each parameter's gradient by hand (the profile's
+    measured buckets, mode flat): each sum is a 2-rank ring of its own, 2 alpha + n beta, one
+    after another, not one all-reduce of the network's flattened gradients."""
+    d, g = [4000, 400, 40], [8000, 800]
+    data = profile(alpha=2e-4, beta=1e-9, compute=0.01, sharing=1.1, mode="flat").model_dump()
+    data["fit"]["gradient_bytes"] = {"discriminator": sum(d), "generator": sum(g)}
+    data["fit"]["gradient_buckets"] = {"discriminator": d, "generator": g}
+    expected = 7 * 0.01 * 1.1 + sum(2 * 2e-4 + n * 1e-9 for n in d + g)
+    assert step(Profile.model_validate(data), 2) == pytest.approx(expected, rel=1e-6)
+
+
 def test_a_slower_network_in_the_profile_slows_the_prediction_by_the_bytes_it_moves():
     fast, slow = profile(beta=1e-9), profile(beta=2e-9)
     assert step(slow, 2) - step(fast, 2) == pytest.approx((935940 + 8205536) * 1e-9, rel=1e-6)

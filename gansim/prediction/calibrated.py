@@ -297,6 +297,12 @@ def profile_options(profile: Profile) -> dict[str, Any]:
     options = {"overlap": ddp, "broadcast_buffers": ddp, "bucket_MiB": bucket_MiB,
                "first_bucket_MiB": first_bucket_MiB, "compute_cv": profile.fit.compute_cv,
                "gamma_s_per_byte": profile.fit.gamma_s_per_byte}
+    buckets = profile.fit.gradient_buckets
+    if not ddp and buckets is not None and buckets.discriminator and buckets.generator:
+        # a script's own all-reduces after the backward (one per parameter, or per flat
+        # buffer): each measured one issued as it was, one after another (profile_workload
+        # makes them the networks' tensors)
+        options["gradient_sync"] = "per_variable"
     timings = profile.fit.timings
     if timings is not None:  # the sync the timings' framework ran, and the host work per replica fitted
         options.update(overlap=False, broadcast_buffers=False, gradient_sync=timings.gradient_sync,

@@ -4,7 +4,9 @@ order they step in:
 - `g_first`: StyleGAN2-ADA's order, the generator's phase first (the discriminator frozen
   meanwhile), then the discriminator's;
 - `two_discriminators`: CycleGAN's three optimizers, one for both generators (A -> B and
-  B -> A), one for each discriminator, stepped in that order.
+  B -> A), one for each discriminator, stepped in that order;
+- `loader_workers`: `g_first` fed by a DataLoader with two worker processes (children of the
+  rank, started the platform's way, as under torchrun).
 
 `python gan_loops.py LOOP` trains the loop's DDP modules on gloo (as `gansim calibrate
 --script gan_loops.py -- LOOP` runs it); `python gan_loops.py LOOP --trace PATH` trains them
@@ -60,8 +62,24 @@ elif loop == "two_discriminators":
             opt.zero_grad()
             (D(fake.detach()).mean() - D(real).mean()).backward()
             opt.step()
+elif loop == "loader_workers":
+    from torch.utils.data import DataLoader, TensorDataset
+
+    G, D = mlp(8, 32, 16), mlp(16, 24, 1)
+    opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+    batches = itertools.cycle(DataLoader(TensorDataset(torch.randn(256, 16)), batch_size=16, num_workers=2,
+                                         persistent_workers=True))
+
+    def iteration():
+        (real,) = next(batches)
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        opt_g.step()
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(real).mean()).backward()
+        opt_d.step()
 else:
-    raise SystemExit(f"unknown loop {loop!r}; allowed: g_first, two_discriminators")
+    raise SystemExit(f"unknown loop {loop!r}; allowed: g_first, two_discriminators, loader_workers")
 
 if traced:
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=4), record_shapes=True,

@@ -185,6 +185,9 @@ def _rank_main(place: RankPlace, cfg: RunConfig, tasks: tuple[str, ...], rendezv
     try:
         if script is not None:
             os.environ.update(script_environment(place, script, cfg, host, port))
+            # the platform's start method, as under torchrun: this rank was spawned, which made
+            # spawn its default, and a spawned DataLoader worker would run the script again
+            mp.set_start_method(None, force=True)
             rep.set_task(0, "script")
             q.put(("result", rank, 0, run_script(script, cfg, rep)))
             rep.set("finished")
@@ -308,8 +311,10 @@ def spawn_ranks(cfg: RunConfig, places: Sequence[RankPlace], tasks: Sequence[str
         os.environ.update(thread_env(cfg.threads))
         for i, place in enumerate(places):
             meet = (cfg.host, stores[i if solo else 0][1]) if stores else rendezvous
+            # not daemonic: a script's DataLoader workers are the rank's children, which a
+            # daemonic process may not have; _cleanup ends every rank whatever happens
             proc = ctx.Process(target=_rank_main, name=f"gansim-rank{place.rank}",
-                               args=(place, cfg, tasks, meet, q, arrays, os.getpid(), script), daemon=True)
+                               args=(place, cfg, tasks, meet, q, arrays, os.getpid(), script), daemon=False)
             proc.start()
             procs[place.rank] = proc
     except BaseException:

@@ -168,10 +168,10 @@ class StepRecorder:
         self.occurrence[name] = self.occurrence.get(name, 0) + 1
         self.current[name] = self.current.get(name, 0.0) + seconds
 
-    def relabel(self, since: int, names: dict[str, str]) -> None:
-        """The phases of the collectives recorded since `since` (AutoPhases records them before
-        it knows the network), each the current occurrence of its new name."""
-        for c in self.collectives[since:]:
+    def relabel(self, since: int, names: dict[str, str], until: Optional[int] = None) -> None:
+        """The phases of the collectives recorded from `since` to `until` (AutoPhases records
+        them before it knows the network), each the current occurrence of its new name."""
+        for c in self.collectives[since:until]:
             if c["phase"] in names:
                 c["phase"] = names[c["phase"]]
                 c["occurrence"] = self.occurrence.get(c["phase"], 0)
@@ -270,6 +270,7 @@ class AutoPhases:
         self.last_end: Optional[float] = None  # the previous optimizer step's end
         self.backward_s = 0.0
         self.backward_end: Optional[float] = None
+        self.after_backward = 0  # the first collective issued after the last backward() ended
         self.depth = 0  # backward() inside backward() (a gradient penalty's own) counts once
         self.opt_start = 0.0
         self.since = 0  # the first collective of this network step
@@ -300,6 +301,7 @@ class AutoPhases:
             now = self.rec.clock()
             self.backward_s += now - started
             self.backward_end = now
+            self.after_backward = len(self.rec.collectives)
             if self.rec.open_name == self.BACKWARD:
                 self.rec.open_name = None
 
@@ -325,7 +327,11 @@ class AutoPhases:
             rec.add_phase(f"{net}_forward_s", max(0.0, total - self.backward_s - optimizer_s))
             rec.add_phase(f"{net}_backward_s", self.backward_s)
             rec.add_phase(f"{net}_optimizer_s", optimizer_s)
-            rec.relabel(self.since, {self.BACKWARD: f"{net}_backward_s", "": f"{net}_forward_s"})
+            # issued after the last backward (a script's own sum of the gradients): in the time
+            # of the optimizer phase, where they are counted
+            after = self.after_backward if self.backward_end is not None else len(rec.collectives)
+            rec.relabel(self.since, {self.BACKWARD: f"{net}_backward_s", "": f"{net}_forward_s"}, until=after)
+            rec.relabel(after, {"": f"{net}_optimizer_s"})
         self.last_end, self.backward_s, self.backward_end = end, 0.0, None
         self.since = len(rec.collectives)
         if net == "g":
