@@ -149,11 +149,29 @@ def test_a_script_that_ends_without_marking_steps_is_told_to_mark_them(tmp_path,
     """A script that never calls step() and ends (falling off its end, sys.exit(0), a bare
     SystemExit) gets the line that says how to mark it, not a failure of its own."""
     script = tmp_path / "unmarked.py"
-    script.write_text("x = sum(range(10))\n" + ending)
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\nx = sum(range(10))\n" + ending)
     code = main(["calibrate", "--script", str(script), "--world-sizes", "1,2", "--steps", "2", "--warmup", "1",
                  "--repeats", "1", "--out", str(tmp_path / "p.json")])
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and "the script ended after 0 step() call(s)" in line and "gansim.calibration.step()" in line
+
+
+def test_a_script_that_starts_its_own_processes_is_told_to_run_one_rank(tmp_path, capsys):
+    """The pre-torchrun pattern: the script's main starts its ranks with
+    torch.multiprocessing.spawn, so nothing trains in the process gansim times; the line says
+    why and what to give instead, not to add markers."""
+    script = tmp_path / "spawner.py"
+    script.write_text(
+        "import torch.multiprocessing as mp\n"
+        "def worker(rank, world):\n"
+        "    pass\n"
+        "if __name__ == '__main__':\n"
+        "    mp.spawn(worker, args=(1,), nprocs=1)\n")
+    code = main(["calibrate", "--script", str(script), "--world-sizes", "1,2", "--steps", "2", "--warmup", "1",
+                 "--repeats", "1", "--out", str(tmp_path / "p.json")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "never called torch.distributed.init_process_group()" in lines[-1]
+    assert "torch.multiprocessing.spawn" in lines[-1] and not (tmp_path / "p.json").exists()
 
 
 UNMARKED_GAN = """

@@ -599,6 +599,12 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
                 f"({auto.stepped} steps of {len(auto.optimizers)} optimizer(s){auto.why_not()}); calibrating needs "
                 f"--steps {cfg.steps}: let the script run longer, lower --steps, or mark its steps and phases "
                 "(gansim.calibration.step() and phase())")
+        if not rec.marked and not (dist.is_available() and dist.is_initialized()):
+            raise ScriptMarkupError(
+                "the script ended without training in this process: it never called "
+                "torch.distributed.init_process_group() here. A script that starts its own processes "
+                "(torch.multiprocessing.spawn) cannot be timed; give --script a file that runs one rank, "
+                "as torchrun runs it (RANK, WORLD_SIZE and MASTER_ADDR/PORT are set, init_method env://)")
         raise ScriptMarkupError(
             f"the script ended after {max(0, rec.index + 1)} step() call(s); calibrating needs "
             f"--steps {cfg.steps} (call gansim.calibration.step() at the start of every training "
