@@ -310,7 +310,8 @@ def test_markers_after_optimizer_steps_of_the_scripts_own_set_up_win(tmp_path):
 def test_marks_that_come_after_found_steps_replace_them():
     """Markers that gansim cannot see in the script's own text (imported by a helper module)
     and that start only after AutoPhases found steps: what it found is dropped, and the
-    marked steps count from the first."""
+    marked steps count from the first. Steps marked without phases keep AutoPhases finding
+    the phases, inside the script's steps; a phase label then turns it off."""
     from gansim.calibration.ranks.script import AutoPhases, StepRecorder
 
     rec = StepRecorder(steps=10, warmup=0)
@@ -323,8 +324,105 @@ def test_marks_that_come_after_found_steps_replace_them():
     rec.step(batch_size=2)  # the script's own first step()
     assert rec.index == 0 and rec.samples == {} and rec.marked and rec.batch_size == 2
     auto.step_started(optimizer)
+    auto.step_ended(optimizer)  # a phase of the script's step 0, which only the script ends
+    assert rec.index == 0 and set(rec.current) == {"g_forward_s", "g_backward_s", "g_optimizer_s"}
+    rec.step()
+    rec.open("g_forward")  # the script labels a phase: what AutoPhases found is dropped
+    assert rec.phases_marked and rec.index == -1 and rec.samples == {}
+    rec.close("g_forward")
+    rec.step()
+    auto.step_started(optimizer)
     auto.step_ended(optimizer)  # AutoPhases stands aside from now on
     assert rec.index == 0 and rec.current == {}
+
+
+LABELLED_GAN = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import record_function
+dist.init_process_group("gloo")
+G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))
+D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+for i in range(100000):  # phases labelled, no step() call
+    for _ in range(2):
+        with record_function("data"):
+            real = torch.randn(12, 16)
+        with record_function("d_forward"):
+            loss = D(G(torch.randn(12, 8)).detach()).mean() - D(real).mean()
+        with record_function("d_backward"):
+            opt_d.zero_grad(); loss.backward()
+        with record_function("d_optimizer"):
+            opt_d.step()
+    with record_function("g_forward"):
+        loss = -D(G(torch.randn(12, 8))).mean()
+    with record_function("g_backward"):
+        opt_g.zero_grad(); loss.backward()
+    with record_function("g_optimizer"):
+        opt_g.step()
+"""
+
+
+def test_a_script_that_labels_its_phases_and_calls_no_step_has_steps_from_its_labels(tmp_path):
+    """A step begins at the first labelled phase, and again where data or a d_* phase opens
+    after a g_* phase: two D steps (with their data) and one G step a training step, the
+    batch the first tensor a DDP module took. Without this the script never starts a step
+    and runs until the hang timeout."""
+    script = tmp_path / "labelled.py"
+    script.write_text(LABELLED_GAN)
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 1, (), script=ScriptSpec(str(script), ()))["script"]
+    assert result["d_steps"] == [2, 2, 2] and result["batch_size"] == 12
+    for name in ("data_s", "d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s"):
+        assert len(result["ranks"][0]["phases"][name]) == 3
+        assert all(t > 0 for t in result["ranks"][0]["phases"][name]), name
+
+
+STEPS_MARKED_GAN = """
+import contextlib, torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from gansim.calibration import step
+dist.init_process_group("gloo")
+G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))
+D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+for i in range(100000):  # 3 micro-batches of 4 a step, accumulated under no_sync()
+    step(batch_size=12)
+    opt_d.zero_grad()
+    for k in range(3):
+        with D.no_sync() if k < 2 else contextlib.nullcontext():
+            (D(G(torch.randn(4, 8)).detach()).mean() - D(torch.randn(4, 16)).mean()).backward()
+    opt_d.step()
+    D.requires_grad_(False)
+    opt_g.zero_grad()
+    for k in range(3):
+        with G.no_sync() if k < 2 else contextlib.nullcontext():
+            (-D(G(torch.randn(4, 8))).mean()).backward()
+    opt_g.step()
+    D.requires_grad_(True)
+"""
+
+
+def test_a_script_that_marks_only_its_steps_has_its_phases_found_within_them(tmp_path):
+    """The way docs/calibration.md tells a loop that accumulates micro-batches to give its
+    batch: step(batch_size=N) and no phase(). The steps are the script's (its batch, not a
+    micro-batch's), the phases found from its backward() and optimizer calls, and each
+    network's all-reduces its DDP's whole bucket (as many as DDP issues around no_sync())."""
+    script = tmp_path / "accumulating.py"
+    script.write_text(STEPS_MARKED_GAN)
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
+    assert result["d_steps"] == [1, 1, 1] and result["batch_size"] == 12
+    for r in result["ranks"]:
+        phases = r["phases"]
+        for name in ("d_forward_s", "d_backward_s", "d_optimizer_s", "g_forward_s", "g_backward_s", "g_optimizer_s"):
+            assert len(phases[name]) == 3 and all(t > 0 for t in phases[name]), name
+        for k in range(3):
+            inside = sum(phases[n][k] for n in phases if n.endswith(("forward_s", "backward_s", "optimizer_s")))
+            assert inside <= phases[STEP][k]
+    buckets = gradient_buckets(summarize(result["collectives"], 3))
+    assert set(buckets["discriminator"]) == {4 * (16 * 24 + 24 + 24 + 1)}
+    assert set(buckets["generator"]) == {4 * (8 * 32 + 32 + 32 * 16 + 16)}
 
 
 def test_generator_steps_in_a_row_are_one_gan_step_without_markers():

@@ -100,10 +100,16 @@ class StepRecorder:
         self.open_at = 0.0
         self._start_recording()
         self.batch_size: Optional[int] = None
+        self.ddp_batch: Optional[int] = None  # the first tensor a DDP module took: samples per rank
         self.quiet = 0  # >0 while a recorded hook issues its own collective
         self.ddp_modules: list[Any] = []
         self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
         self.marked = False  # the script marks its steps or phases itself (AutoPhases stands aside)
+        self.calls_step = False  # the script calls step() itself
+        self.phases_marked = False  # the script labels its phases (AutoPhases stands aside)
+        self.auto_phases = 0  # phases AutoPhases found
+        self.label_steps = 0  # steps begun from the script's phase labels (it calls no step())
+        self.g_in_step = False  # a g_* phase has opened in the step under way
         self.auto_steps = 0  # steps AutoPhases closed
         self.auto: Optional["AutoPhases"] = None
 
@@ -116,8 +122,16 @@ class StepRecorder:
                                         f"{', '.join(instrument.PHASE_LABELS)}")
             return  # another record_function label: part of whatever encloses it
         self._marking()
+        if not self.phases_marked:
+            self.phases_marked = True
+            if self.auto_phases:  # found by AutoPhases before the script's first label: dropped
+                self._start_recording()
+        if not self.calls_step and self._label_step_due(name):
+            self.step(auto=True)
+            self.label_steps += 1
         if self.index < 0:
             return  # before the first step(): set-up, not timed
+        self.g_in_step = self.g_in_step or name.startswith("g_")
         if self.open_name is not None:
             raise ScriptMarkupError(f"phase {label!r} opened inside phase {self.open_label!r} "
                                     f"(step {self.index}); phases do not nest")
@@ -130,6 +144,12 @@ class StepRecorder:
             self.counter = self.counter or PhaseCosts()
             self.counter.start(name)
         self.open_at = self.clock()
+
+    def _label_step_due(self, name: str) -> bool:
+        """Where a script that labels its phases but calls no step() begins a step: at its first
+        labelled phase, then where a data or d_* phase opens after a g_* phase (a GAN step ends
+        with its generator's phases; data may open once per D step)."""
+        return self.index < 0 or (self.g_in_step and not name.startswith("g_"))
 
     def close(self, label: str, failed: bool = False) -> None:
         name = phase_name(label)
@@ -165,6 +185,7 @@ class StepRecorder:
 
     def add_phase(self, name: str, seconds: float) -> None:
         """One occurrence of a phase found by AutoPhases, `seconds` long."""
+        self.auto_phases += 1
         self.occurrence[name] = self.occurrence.get(name, 0) + 1
         self.current[name] = self.current.get(name, 0.0) + seconds
 
@@ -180,6 +201,9 @@ class StepRecorder:
         """A step starts here (`at`: at that earlier clock reading, where AutoPhases closes it)."""
         if not auto:
             self._marking()
+            if not self.calls_step and self.label_steps:
+                self._start_recording()  # the script's own steps replace those its labels gave
+            self.calls_step = True
         if self.open_name is not None:
             raise ScriptMarkupError(f"phase {self.open_label!r} was opened in step {self.index} and not "
                                     "closed before the next step() (use `with phase(...):`)")
@@ -197,7 +221,10 @@ class StepRecorder:
             raise EnoughSteps()
         self.current = {}
         self.occurrence = {}
+        self.g_in_step = False
         self.step_start = self.clock() if at is None else at
+        if not auto and self.auto is not None:
+            self.auto.script_step(self.step_start)
 
     def _end_step(self, now: float) -> None:
         if self.counter is not None:  # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
@@ -233,7 +260,7 @@ class StepRecorder:
         samples = {name: values + [0.0] * (kept - len(values)) if len(values) < kept else values
                    for name, values in self.samples.items()}
         return {"samples": samples, "collectives": self.collectives, "costs": self.costs,
-                "batch_size": self.batch_size, "d_steps": self.d_steps, "steps_seen": self.index + 1,
+                "batch_size": self.batch_size if self.batch_size is not None else self.ddp_batch, "d_steps": self.d_steps, "steps_seen": self.index + 1,
                 "ddp_buckets": self.ddp_buckets}
 
 
@@ -279,7 +306,13 @@ class AutoPhases:
 
     @property
     def active(self) -> bool:
-        return self.enabled and not self.rec.marked and self.rec.index < self.rec.steps
+        return self.enabled and not self.rec.phases_marked and self.rec.index < self.rec.steps
+
+    def script_step(self, start: float) -> None:
+        """The script began a step of its own (it marks its steps, not its phases): the phases
+        found from here on are this step's, and the script's steps, not G's, end steps."""
+        self.last_end, self.backward_s, self.backward_end, self.pending = start, 0.0, None, None
+        self.since = len(self.rec.collectives)
 
     def made(self, optimizer: Any) -> None:
         self.optimizers[id(optimizer)] = optimizer
@@ -319,7 +352,8 @@ class AutoPhases:
         self.held_by.setdefault(key, set()).update(self.held)
         self.held = set()
         net = self._network(key)
-        if net == "d" and self.pending is not None:  # the GAN step ended with the generator step(s) before
+        if net == "d" and self.pending is not None and not rec.calls_step:
+            # the GAN step ended with the generator step(s) before
             self._close(self.pending)  # raises EnoughSteps once the run has its steps
         if net is not None and rec.index >= 0 and self.last_end is not None:
             after_backward = self.backward_end if self.backward_end is not None else self.opt_start
@@ -334,7 +368,7 @@ class AutoPhases:
             rec.relabel(after, {"": f"{net}_optimizer_s"})
         self.last_end, self.backward_s, self.backward_end = end, 0.0, None
         self.since = len(rec.collectives)
-        if net == "g":
+        if net == "g" and not rec.calls_step:
             # a generator step ends the GAN step unless another follows in a row (its own
             # regularisation step): closed when D steps next, or at once with one network
             self.pending = end
@@ -371,7 +405,9 @@ class AutoPhases:
                 self.g = key
             elif self.order and key == self.order[0] and self.order[-1] != key:
                 self.g = self._generator_by_graph() or self.order[-1]
-                return None  # the first step of a new cycle, before the first step() is recorded
+                if not self.rec.calls_step:
+                    return None  # the first step of a new cycle, before the first step() is recorded
+                # (in the script's own steps, this network step is the step's as any other)
             else:
                 self.order.append(key)
                 if len(self.order) > 10_000:
@@ -382,18 +418,17 @@ class AutoPhases:
 
 
 # ---------------------------------------------------------------------------- patches
-def marks_itself(path: str) -> bool:
-    """Whether a script uses gansim's markers (it imports gansim.calibration, or names a
-    phase in quotes for a record_function label): then its phases are its own from the first
-    step, and AutoPhases stays out of it even while the script steps its optimizers in a
-    set-up of its own before its marked loop."""
+def labels_its_phases(path: str) -> bool:
+    """Whether a script names a phase in quotes (gansim's phase() or a record_function label):
+    then its phases are its own from the first step, and AutoPhases stays out of it even while
+    the script steps its optimizers in a set-up of its own before its marked loop. A script
+    that marks only its steps (step(batch_size=N)) has its phases found within them."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read()
     except OSError:
         return False
-    return "gansim.calibration" in text or any(f"{q}{label}{q}" in text for label in instrument.PHASE_LABELS
-                                               for q in ("'", '"'))
+    return any(f"{q}{label}{q}" in text for label in instrument.PHASE_LABELS for q in ("'", '"'))
 
 
 @contextlib.contextmanager
@@ -410,9 +445,8 @@ def recording(rec: StepRecorder, find_phases: bool = True):
 
     class TimedRecordFunction(original_rf):  # type: ignore[misc, valid-type]
         def __enter__(self):
-            out = super().__enter__()
-            rec.open(self.name)
-            return out
+            rec.open(self.name)  # first: what it raises (enough steps, a nested phase) leaves nothing entered
+            return super().__enter__()
 
         def __exit__(self, exc_type, *exc):
             rec.close(self.name, failed=exc_type is not None)
@@ -456,12 +490,14 @@ def recording(rec: StepRecorder, find_phases: bool = True):
                 original_register(module, module.process_group, recorded(default_hooks.allreduce_hook, module))
         self._gansim_pre_forward = self.register_forward_pre_hook(first_forward)
 
-        def batch_of(module, inputs):  # an unmarked script's batch: what its DDP modules take
-            if auto.active and auto.batch_size is None:
+        def batch_of(module, inputs):  # the batch of a script that gives none: what its DDP modules take
+            if rec.ddp_batch is None or (auto.active and auto.batch_size is None):
                 first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
-                auto.batch_size = int(first.shape[0]) if first is not None else None
-        if auto.enabled:
-            self._gansim_batch = self.register_forward_pre_hook(batch_of)
+                batch = int(first.shape[0]) if first is not None else None
+                rec.ddp_batch = batch if rec.ddp_batch is None else rec.ddp_batch
+                if auto.active and auto.batch_size is None:
+                    auto.batch_size = batch
+        self._gansim_batch = self.register_forward_pre_hook(batch_of)
 
     def register_comm_hook(self, state, hook):
         self._gansim_hooked = True
@@ -579,7 +615,7 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
     sys.argv = [spec.path, *spec.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(spec.path)))
     try:
-        with recording(rec, find_phases=not marks_itself(spec.path)):
+        with recording(rec, find_phases=not labels_its_phases(spec.path)):
             try:
                 runpy.run_path(spec.path, run_name="__main__")
             except EnoughSteps:
