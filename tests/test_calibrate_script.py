@@ -198,6 +198,19 @@ for i in range(1000):  # no gansim markers: a critic step a batch, the generator
 """
 
 
+def test_a_script_that_sets_more_torch_threads_than_cores_is_told_so(tmp_path, capsys):
+    """torch.set_num_threads in the script wins over --threads: with more threads than the
+    machine has cores, its ranks slow one another, and the calibration says so once."""
+    script = tmp_path / "threads.py"
+    script.write_text("import os, torch\ntorch.set_num_threads(os.cpu_count() + 1)\n" + UNMARKED_GAN)
+    code = main(["calibrate", "--script", str(script), "--world-sizes", "1,2", "--steps", "3", "--warmup", "1",
+                 "--repeats", "1", "--sizes", "4K:8K", "--sweep-iters", "2", "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "torch.set_num_threads" in line]
+    assert len(said) == 1 and f"sets torch to {os.cpu_count() + 1} threads per rank" in said[0], err[-2000:]
+    assert code in (0, 1)  # a machine this oversubscribed may fit figures out of range: that is said too
+
+
 def test_a_script_without_markers_is_timed_from_its_backward_and_optimizer_calls(tmp_path):
     """No step() or phase(): each optimizer step closes its network's step (its backward the
     backward() call, its optimizer phase the step), the optimizer that steps last before the

@@ -139,6 +139,8 @@ class _Recorder:
         self.partial = partial_path(opts.out)
         self.script_batch: Optional[int] = None
         self.script_d_steps: list[int] = []
+        self.script_threads = 0  # the most torch threads a rank of the script set for itself
+        self.said_oversubscribed = False
 
     def save_partial(self, error: Optional[str] = None) -> None:
         if not self.write:
@@ -168,6 +170,15 @@ class _Recorder:
         """A user's script: at world size w its training run; `solo`, w one-rank copies at
         once (the compute-only run: its phases, slowed by sharing the cores). At world size
         1 the training run is the compute run (there is nobody to talk to)."""
+        threads, cores, asked = result.get("torch_threads") or 0, self.provenance.cores, self.opts.run.threads
+        if not asked or threads == asked:
+            threads = 0  # what --threads set (0: torch's default, the user's own choice)
+        if threads * ws > cores and not self.said_oversubscribed:
+            self.said_oversubscribed = True
+            self.log(f"warning: the script sets torch to {threads} threads per rank (torch.set_num_threads "
+                     f"overrides --threads), so {ws} ranks at once run {threads * ws} threads on {cores} cores "
+                     "and slow one another: every figure carries that oversubscription; let --threads set it")
+        self.script_threads = max(self.script_threads, threads)
         if solo:
             self.record(ws, "compute", result)
             return
@@ -389,7 +400,10 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
         if buckets is not None:
             fit["gradient_buckets"] = buckets
         provenance = provenance.model_copy(update=update)
-        profile = assemble_profile(provenance, rec.measured, fit, rec.partial)
+        oversubscribed = rec.script_threads * max(opts.world_sizes) > provenance.cores
+        profile = assemble_profile(provenance, rec.measured, fit, rec.partial,
+                                   cause=f"the script's {rec.script_threads} torch threads per rank on "
+                                         f"{provenance.cores} cores" if oversubscribed else "")
     except BaseException as exc:
         if rank == 0:
             what = "interrupted" if isinstance(exc, KeyboardInterrupt) else (
@@ -436,7 +450,8 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
     return profile
 
 
-def assemble_profile(provenance: Provenance, measured: Measured, fit: dict[str, Any], partial: str) -> Profile:
+def assemble_profile(provenance: Provenance, measured: Measured, fit: dict[str, Any], partial: str,
+                     cause: str = "") -> Profile:
     """The profile of a finished calibration. A figure fitted beyond what a profile holds (a
     compute spread between ranks of several times their mean) comes from a machine too
     unsteady to calibrate: one line naming the figure, not pydantic's report."""
@@ -445,6 +460,7 @@ def assemble_profile(provenance: Provenance, measured: Measured, fit: dict[str, 
                                        "measured": measured.model_dump(), "fit": fit})
     except ValidationError as err:
         problem = validation_error(err, "the fit")
+        why = cause or "other load, CPU steal"
         raise CalibrationError(f"the fitted {problem.field} is out of range ({problem.message}): the machine was "
-                               "too unsteady while calibrating (other load, CPU steal); what was measured is kept "
+                               f"too unsteady while calibrating ({why}); what was measured is kept "
                                f"in {partial}; run again on a quieter machine") from None

@@ -645,7 +645,8 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
             f"the script ended after {max(0, rec.index + 1)} step() call(s); calibrating needs "
             f"--steps {cfg.steps} (call gansim.calibration.step() at the start of every training "
             "step, and let the script run at least that many steps, or lower --steps)")
-    payload = rec.payload()
+    # the threads the script left torch with (its own torch.set_num_threads wins over --threads)
+    payload = {**rec.payload(), "torch_threads": torch.get_num_threads()}
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # no rank tears the group down while a peer still uses it
         dist.destroy_process_group()

@@ -33,7 +33,8 @@ def combine_task(task: str, payloads: Sequence[Any]) -> Any:
     if task == "script":
         # the ranks' phases; what rank 0 saw of the collectives (all ranks issue the same)
         return {"ranks": [{"rank": r, "phases": p["samples"]} for r, p in enumerate(payloads)],
-                **{k: payloads[0][k] for k in ("collectives", "costs", "batch_size", "d_steps", "ddp_buckets")}}
+                **{k: payloads[0][k] for k in ("collectives", "costs", "batch_size", "d_steps", "ddp_buckets")},
+                "torch_threads": max(p.get("torch_threads", 0) for p in payloads)}
     if task in ("train", "compute"):
         merged: dict[str, Any] = {"ranks": [{"rank": r, "phases": p["samples"]} for r, p in enumerate(payloads)],
                                   "costs": payloads[0].get("costs") if payloads else None}
