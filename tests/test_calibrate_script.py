@@ -277,6 +277,19 @@ def test_a_script_whose_data_loader_starts_worker_processes_runs_as_under_torchr
     assert buckets["discriminator"] == [4 * (16 * 24 + 24 + 24 + 1)]
 
 
+def test_an_optimizer_stepped_inside_another_optimizers_step_is_part_of_that_step():
+    """ZeroRedundancyOptimizer steps an Adam of its own on its shard inside its step: that
+    inner Adam is not a third network, so each training step is still one D and one G step,
+    each all-reducing its own network's bucket."""
+    script = Path(__file__).parent / "data" / "gan_loops.py"
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (),
+                       script=ScriptSpec(str(script), ("zero",)))["script"]
+    assert result["d_steps"] == [1, 1, 1]
+    buckets = gradient_buckets(summarize(result["collectives"], 3))
+    assert buckets["discriminator"] == [4 * (16 * 24 + 24 + 24 + 1)]
+    assert 4 * (8 * 32 + 32 + 32 * 16 + 16) in buckets["generator"]
+
+
 def test_the_graph_of_a_generators_loss_holds_the_discriminators_weights():
     """What tells the networks apart without markers: a backward graph's saved tensors and
     leaves. D's loss on a detached fake holds none of G's parameters; G's loss holds D's

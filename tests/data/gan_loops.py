@@ -6,7 +6,9 @@ order they step in:
 - `two_discriminators`: CycleGAN's three optimizers, one for both generators (A -> B and
   B -> A), one for each discriminator, stepped in that order;
 - `loader_workers`: `g_first` fed by a DataLoader with two worker processes (children of the
-  rank, started the platform's way, as under torchrun).
+  rank, started the platform's way, as under torchrun);
+- `zero`: D then G, each stepped by a ZeroRedundancyOptimizer, which steps an Adam of its own
+  on its shard inside its step.
 
 `python gan_loops.py LOOP` trains the loop's DDP modules on gloo (as `gansim calibrate
 --script gan_loops.py -- LOOP` runs it); `python gan_loops.py LOOP --trace PATH` trains them
@@ -78,8 +80,22 @@ elif loop == "loader_workers":
         opt_d.zero_grad()
         (D(G(torch.randn(16, 8)).detach()).mean() - D(real).mean()).backward()
         opt_d.step()
+elif loop == "zero":
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    G, D = mlp(8, 32, 16), mlp(16, 24, 1)
+    opt_g = ZeroRedundancyOptimizer(G.parameters(), optimizer_class=torch.optim.Adam)
+    opt_d = ZeroRedundancyOptimizer(D.parameters(), optimizer_class=torch.optim.Adam)
+
+    def iteration():
+        opt_d.zero_grad()
+        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        (-D(G(torch.randn(16, 8))).mean()).backward()
+        opt_g.step()
 else:
-    raise SystemExit(f"unknown loop {loop!r}; allowed: g_first, two_discriminators, loader_workers")
+    raise SystemExit(f"unknown loop {loop!r}; allowed: g_first, two_discriminators, loader_workers, zero")
 
 if traced:
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=4), record_shapes=True,

@@ -293,6 +293,7 @@ class AutoPhases:
         self.held: set[int] = set()  # what the backward graphs since the last optimizer step held
         self.held_by: dict[int, set[int]] = {}  # per optimizer, what its steps' backward graphs held
         self.order: list[int] = []  # the optimizers' steps before G is known
+        self.stepping = 0  # optimizer steps under way (one inside another's is that one's)
         self.g: Optional[int] = None
         self.last_end: Optional[float] = None  # the previous optimizer step's end
         self.backward_s = 0.0
@@ -339,12 +340,19 @@ class AutoPhases:
                 self.rec.open_name = None
 
     def step_started(self, optimizer: Any) -> None:
+        self.stepping += 1
+        if self.stepping > 1:
+            # stepped by another optimizer's step (ZeroRedundancyOptimizer's own Adam on its
+            # shard): part of that one's step, and not an optimizer of the script's
+            self.optimizers.pop(id(optimizer), None)
+            return
         if self.active:
             _sync()
             self.opt_start = self.rec.clock()
 
     def step_ended(self, optimizer: Any) -> None:
-        if not self.active:
+        self.stepping -= 1
+        if not self.active or self.stepping > 0:
             return
         _sync()
         rec, key, end = self.rec, id(optimizer), self.rec.clock()
