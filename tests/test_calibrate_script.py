@@ -290,6 +290,23 @@ def test_an_optimizer_stepped_inside_another_optimizers_step_is_part_of_that_ste
     assert 4 * (8 * 32 + 32 + 32 * 16 + 16) in buckets["generator"]
 
 
+def test_a_ddp_hook_that_compresses_records_what_it_puts_on_the_wire(tmp_path):
+    """fp16_compress_hook all-reduces each bucket cast to half precision: the recorded
+    all-reduce is that half-size tensor, not the float32 bucket DDP hands the hook."""
+    script = tmp_path / "fp16.py"
+    script.write_text(UNMARKED_GAN.replace(
+        "opt_g, opt_d =",
+        "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+        "G.register_comm_hook(None, default_hooks.fp16_compress_hook)\n"
+        "D.register_comm_hook(None, default_hooks.fp16_compress_hook)\n"
+        "opt_g, opt_d ="))
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
+    buckets = gradient_buckets(summarize(result["collectives"], 3))
+    assert buckets["discriminator"] == [2 * (16 * 24 + 24 + 24 + 1)]
+    assert buckets["generator"] == [2 * (8 * 32 + 32 + 32 * 16 + 16)]
+    assert all(c["owner"].startswith("ddp") for c in result["collectives"])
+
+
 def test_the_graph_of_a_generators_loss_holds_the_discriminators_weights():
     """What tells the networks apart without markers: a backward graph's saved tensors and
     leaves. D's loss on a detached fake holds none of G's parameters; G's loss holds D's

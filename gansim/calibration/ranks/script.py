@@ -102,6 +102,7 @@ class StepRecorder:
         self.batch_size: Optional[int] = None
         self.ddp_batch: Optional[int] = None  # the first tensor a DDP module took: samples per rank
         self.quiet = 0  # >0 while a recorded hook issues its own collective
+        self.in_hook: Optional[list[int]] = None  # the bytes of each all_reduce a DDP hook issues
         self.ddp_modules: list[Any] = []
         self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
         self.marked = False  # the script marks its steps or phases itself (AutoPhases stands aside)
@@ -473,12 +474,18 @@ def recording(rec: StepRecorder, find_phases: bool = True):
 
     def recorded(hook, ddp):
         def run(state, bucket):
-            rec.collective("allreduce", tensor_bytes(bucket.buffer()), owner_of(ddp))
+            # what the hook puts on the wire: the all_reduce calls it issues (fp16_compress_hook's
+            # half-size bucket, PowerSGD's factors); the bucket itself where it issues none we see
+            issued: list[int] = []
+            rec.in_hook = issued
             rec.quiet += 1
             try:
                 return hook(state, bucket)
             finally:
                 rec.quiet -= 1
+                rec.in_hook = None
+                for nbytes in issued or [tensor_bytes(bucket.buffer())]:
+                    rec.collective("allreduce", nbytes, owner_of(ddp))
         return run
 
     original_init = DDP.__init__
@@ -523,6 +530,8 @@ def recording(rec: StepRecorder, find_phases: bool = True):
             rec.quiet -= 1
 
     def all_reduce(tensor, *args, **kwargs):
+        if rec.in_hook is not None:
+            rec.in_hook.append(tensor_bytes(tensor))
         rec.collective("allreduce", tensor_bytes(tensor), "explicit")
         return original_all_reduce(tensor, *args, **kwargs)
 
