@@ -372,6 +372,24 @@ def test_gradients_all_reduced_after_the_backward_are_a_flat_sync(tmp_path):
     assert all(r.phase.endswith("_optimizer_s") for r in profile.measured.collectives["2"])
 
 
+def test_gradients_all_reduced_one_by_one_right_after_the_backward_are_the_optimizers(tmp_path):
+    """The seed paper's way without DDP: each parameter's gradient all-reduced by itself, the
+    first all-reduce the very first operator after the backward. It starts where the backward
+    window ends, and is the optimizer's like the others: the profile is flat, its buckets the
+    parameters in issue order."""
+    script = tmp_path / "per_parameter.py"
+    script.write_text(MANUAL_SYNC_GAN.replace(
+        "    params = [p for p in module.parameters() if p.grad is not None]\n",
+        "    for p in module.parameters():\n        dist.all_reduce(p.grad)\n    return\n"))
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+                    str(tmp_path)], check=True, capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    profile = import_traces([str(tmp_path / f"rank{r}.json") for r in range(2)], overhead_s_per_event=0.0)
+    assert profile.provenance.mode == "flat"
+    assert all(r.phase.endswith("_optimizer_s") for r in profile.measured.collectives["2"])
+    assert profile.fit.gradient_buckets.discriminator == [4 * n for n in (16 * 32, 32, 32, 1)]
+    assert profile.fit.gradient_buckets.generator == [4 * n for n in (8 * 32, 32, 32 * 16, 16)]
+
+
 N_CRITIC_GAN = """
 import sys
 import torch

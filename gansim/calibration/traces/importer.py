@@ -715,7 +715,10 @@ class RankTrace:
                 nbytes = _dims_elements([args["In msg nelems"]]) * _element_bytes(args.get("dtype", "float"))
             else:
                 continue
-            where = [(name, occ) for name, a, b, occ in occurrence_at if a <= e["ts"] <= b]
+            # windows meet end to end: one issued where a phase ends is the next one's (a
+            # script's own all-reduce, the first operator after the backward, is the optimizer's)
+            where = ([(name, occ) for name, a, b, occ in occurrence_at if a <= e["ts"] < b]
+                     or [(name, occ) for name, a, b, occ in occurrence_at if a <= e["ts"] <= b])
             phase, occ = where[0] if where else ("", 0)
             out.append({"op": op, "phase": phase, "occurrence": occ, "owner": "", "bytes": nbytes})
         return out
