@@ -134,6 +134,39 @@ def test_script_flags_are_checked(tmp_path, capsys):
                                                  "--device-tflops", "-1"])
 
 
+def test_a_module_of_a_package_is_run_as_python_m_runs_it(tmp_path, monkeypatch, capsys):
+    """A training script inside a package, importing its siblings relatively (what
+    `torchrun -m gan.train` runs): --script gan.train runs it as a module from the working
+    directory, and the profile says so. Names that are no module get one line each."""
+    package = tmp_path / "gan"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(
+        "from torch import nn\n"
+        "def make():\n"
+        "    return (nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)),\n"
+        "            nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))\n")
+    (package / "train.py").write_text(UNMARKED_GAN.replace(
+        "G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))\n"
+        "D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))\n",
+        "from .nets import make\nG, D = (DDP(m) for m in make())\n"))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "p.json"
+    code = main(["calibrate", "--script", "gan.train", "--world-sizes", "1,2", "--steps", "4", "--warmup", "1",
+                 "--repeats", "1", "--sizes", "4K:8K", "--sweep-iters", "2", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    from gansim.calibration.profile.schema import load_profile
+
+    profile = load_profile(out)
+    assert profile.provenance.model == "script:-m gan.train" and profile.provenance.d_steps == 2
+    assert profile.fit.gradient_buckets.generator == [4 * (8 * 32 + 32 + 32 * 16 + 16)]
+    for name, why in (("gan.missing", "no file or module 'gan.missing'"), ("gan", "has no __main__ module"),
+                      ("nopkg.train", "cannot be found")):
+        line = run_bad(capsys, ["calibrate", "--script", name, "--out", str(out)])
+        assert "--script" in line and why in line, line
+
+
 def test_markers_are_no_ops_outside_gansim():
     from gansim.calibration import phase, step
     from gansim.calibration.ranks import instrument

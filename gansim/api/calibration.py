@@ -6,6 +6,7 @@ with the flag's name in the one-line error, before any torch import or real run.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -179,7 +180,8 @@ def _optional_number(value: object, flag: str, unit: str) -> float | None:
     return None if value is None else number(value, flag, unit)
 
 
-def _check_script(request: CalibrateRequest) -> tuple[str, tuple[str, ...]] | None:
+def _check_script(request: CalibrateRequest) -> tuple[str, tuple[str, ...], str | None] | None:
+    """(the script's file, its arguments, the module it is run as or None)."""
     script_args = tuple(request.script_args or ())
     if request.script is None:
         if script_args:
@@ -187,13 +189,49 @@ def _check_script(request: CalibrateRequest) -> tuple[str, tuple[str, ...]] | No
                                  "arguments after -- with --script", field="calibrate")
         return None
     path = os.fspath(request.script)
+    if not path.endswith(".py") and not os.path.isfile(path) and _MODULE_NAME.fullmatch(path):
+        return _module_file(path), script_args, path
     if not os.path.isfile(path):
-        raise UserInputError("file does not exist; allowed: a Python training script", source=path,
-                             field="--script")
+        raise UserInputError("file does not exist; allowed: a Python training script (train.py) or a module "
+                             "run as python -m runs it (package.train)", source=path, field="--script")
     if not path.endswith(".py"):
         raise UserInputError("not a .py file; allowed: a Python training script", source=path,
                              field="--script")
-    return os.path.abspath(path), script_args
+    return os.path.abspath(path), script_args, None
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _module_file(name: str) -> str:
+    """The file of module `name` as `python -m` finds it (the working directory first), without
+    running it (its packages' __init__ files are imported, as python -m imports them)."""
+    import importlib.util
+
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise UserInputError(f"module {name!r} cannot be found ({type(exc).__name__}: {exc}); allowed: a Python "
+                             "training script (train.py) or a module python -m can run", source=name,
+                             field="--script") from None
+    finally:
+        if added:
+            sys.path.remove(here)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        raise UserInputError(f"no file or module {name!r} here; allowed: a Python training script (train.py) or "
+                             "a module python -m can run (package.train), from the directory holding its package",
+                             source=name, field="--script")
+    if spec.submodule_search_locations is not None:  # a package: python -m runs its __main__
+        main = importlib.util.find_spec(f"{name}.__main__")
+        if main is None or main.origin is None:
+            raise UserInputError(f"package {name!r} has no __main__ module, so python -m cannot run it; allowed: a "
+                                 "module of it", source=name, field="--script")
+        return main.origin
+    return spec.origin
 
 
 def validate_request(request: CalibrateRequest) -> dict[str, Any]:
@@ -278,7 +316,8 @@ def _from_runs(request: CalibrateRequest, say: Log) -> CalibrationResult:
         timeout_s=values["timeout_s"], seed=values["seed"], sweep_sizes=values["sweep_sizes"],
         sweep_iters=values["sweep_iters"],
     )
-    script = None if values["script"] is None else ScriptSpec(values["script"][0], values["script"][1])
+    script = None if values["script"] is None else ScriptSpec(values["script"][0], values["script"][1],
+                                                              module=values["script"][2])
     opts = pipeline.CalibrationOptions(world_sizes=values["world_sizes"], out=values["out"],
                                        repeats=values["repeats"], run=cfg, script=script,
                                        device_tflops=values["device_tflops"],

@@ -9,7 +9,7 @@ import platform
 import socket
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -81,7 +81,8 @@ def make_provenance(opts: CalibrationOptions, launcher: str) -> Provenance:
         backend=cfg.backend,
         torch=torch.__version__,
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=f"script:{opts.script.path}" if opts.script else cfg.model,
+        model=(f"script:-m {opts.script.module}" if opts.script.module else f"script:{opts.script.path}")
+        if opts.script else cfg.model,
         batch_size=cfg.batch_size,
         cores=cores(),
         mode=cfg.mode,
@@ -347,7 +348,8 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
                 f"world sizes {too_big} exceed the {launched} ranks torchrun started")
     provenance = make_provenance(opts, "torchrun" if torchrun else "spawn")
     rec = _Recorder(opts, provenance, log if rank == 0 else (lambda s: None), write=rank == 0)
-    what = f"script {opts.script.path}" if opts.script else f"model {cfg.model}, mode {cfg.mode}"
+    what = (f"script {opts.script.path}" + (f" (python -m {opts.script.module})" if opts.script.module else "")
+            if opts.script else f"model {cfg.model}, mode {cfg.mode}")
     batch = "the script's batch" if opts.script else f"batch {cfg.batch_size}/rank"
     rec.log(f"gansim calibrate: {what}, backend {cfg.backend}, {batch}, {cfg.steps} steps ({cfg.warmup} warm-up), "
             f"world sizes {','.join(map(str, opts.world_sizes))}, {provenance.cores} cores, "
@@ -366,7 +368,7 @@ def run_calibration(opts: CalibrationOptions, log: Log = lambda s: print(s, file
             rec.log(f"[world size {ws}]{again} {', '.join(tasks)}")
             before = cpu_steal_ticks()
             if tasks in (("script",), ("solo",)):
-                spec = ScriptSpec(opts.script.path, opts.script.args, solo=tasks == ("solo",))
+                spec = replace(opts.script, solo=tasks == ("solo",))
                 if torchrun:  # each launched rank < ws runs the script in a child of its own
                     launch.run_tasks_in_group(cfg, ws, (), device=device, local_rank=local, script=spec,
                                               on_task=rec.on_script(ws, rep, spec.solo))

@@ -77,7 +77,8 @@ def register(subparsers: Any) -> None:
                    help="calibrate your own training script instead of --model: it is run as "
                         "torchrun would run it, at each world size, its phases marked with "
                         "gansim.calibration.phase()/step() or record_function labels; its own "
-                        "arguments follow `--`")
+                        "arguments follow `--`; a module name (package.train) runs it as "
+                        "python -m does, from the working directory")
     p.add_argument("--from-trace", nargs="+", metavar="TRACE.json",
                    help="make the profile from torch.profiler Chrome traces (one file per rank; "
                         "the traces of runs of several world sizes, grouped by their "

@@ -47,11 +47,13 @@ class ScriptMarkupError(RuntimeError):
 @dataclass(frozen=True)
 class ScriptSpec:
     """A user's training script run by `gansim calibrate --script`: its path and arguments;
-    `solo`: each process runs it as a world of one (the communication-free compute run)."""
+    `solo`: each process runs it as a world of one (the communication-free compute run);
+    `module`: the module it is, run as `python -m module` (torchrun -m), its file at `path`."""
 
     path: str
     args: tuple[str, ...] = ()
     solo: bool = False
+    module: str | None = None
 
 
 @dataclass(frozen=True)

@@ -630,11 +630,15 @@ def run_script(spec: ScriptSpec, cfg: RunConfig, reporter: Optional[Reporter]) -
     rec = StepRecorder(cfg.steps, cfg.warmup, reporter)
     argv, path0 = sys.argv, sys.path[0] if sys.path else None
     sys.argv = [spec.path, *spec.args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(spec.path)))
+    # as python does: the script's directory first, or for python -m the working directory
+    sys.path.insert(0, os.getcwd() if spec.module else os.path.dirname(os.path.abspath(spec.path)))
     try:
         with recording(rec, find_phases=not labels_its_phases(spec.path)):
             try:
-                runpy.run_path(spec.path, run_name="__main__")
+                if spec.module:
+                    runpy.run_module(spec.module, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(spec.path, run_name="__main__")
             except EnoughSteps:
                 pass
             except SystemExit as end:  # sys.exit(0) or exit() ends a script as falling off its end does
