@@ -260,9 +260,9 @@ class StepRecorder:
         # every kept step has the same phases (a phase missing in one step counts 0 there)
         samples = {name: values + [0.0] * (kept - len(values)) if len(values) < kept else values
                    for name, values in self.samples.items()}
-        return {"samples": samples, "collectives": self.collectives, "costs": self.costs,
-                "batch_size": self.batch_size if self.batch_size is not None else self.ddp_batch, "d_steps": self.d_steps, "steps_seen": self.index + 1,
-                "ddp_buckets": self.ddp_buckets}
+        batch = self.batch_size if self.batch_size is not None else self.ddp_batch
+        return {"samples": samples, "collectives": self.collectives, "costs": self.costs, "batch_size": batch,
+                "d_steps": self.d_steps, "steps_seen": self.index + 1, "ddp_buckets": self.ddp_buckets}
 
 
 class AutoPhases:
