@@ -4,6 +4,7 @@ they all-reduce equals the buckets DDP itself formed, and broken scripts get one
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -338,6 +339,50 @@ def test_a_ddp_hook_that_compresses_records_what_it_puts_on_the_wire(tmp_path):
     assert buckets["discriminator"] == [2 * (16 * 24 + 24 + 24 + 1)]
     assert buckets["generator"] == [2 * (8 * 32 + 32 + 32 * 16 + 16)]
     assert all(c["owner"].startswith("ddp") for c in result["collectives"])
+
+
+COUNTED_GAN = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+MARKERS
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+G = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16)))
+D = DDP(nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 1)))
+opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+for i in range(1000):
+    STEP
+    real, z = torch.randn(16, 16), torch.randn(16, 8)
+    with phase("d_forward"):
+        loss = D(G(z).detach()).mean() - D(real).mean()
+    with phase("d_backward"):
+        opt_d.zero_grad(); loss.backward()
+    with phase("d_optimizer"):
+        opt_d.step()
+    with phase("g_forward"):
+        loss = -D(G(z)).mean()
+    with phase("g_backward"):
+        opt_g.zero_grad(); loss.backward()
+    with phase("g_optimizer"):
+        opt_g.step()
+"""
+
+
+def test_an_unmarked_script_counts_each_phases_flops_as_marking_it_would(tmp_path):
+    """The roofline to another GPU needs each phase's FLOPs: a script that marks nothing has
+    them counted in a warm-up step from its own calls, the same as the same loop marked."""
+    marked = COUNTED_GAN.replace("MARKERS", "from gansim.calibration import phase, step").replace("STEP", "step()")
+    unmarked = re.sub(r'with phase\("\w+"\):', "if True:", COUNTED_GAN).replace("MARKERS\n", "").replace("STEP", "pass")
+    costs = {}
+    for name, text in (("marked", marked), ("unmarked", unmarked)):
+        script = tmp_path / f"{name}.py"
+        script.write_text(text)
+        result = run_local(RunConfig(steps=5, warmup=3, timeout_s=60), 1, (), script=ScriptSpec(str(script), ()))["script"]
+        costs[name] = {phase: c["flops"] for phase, c in result["costs"].items()}
+    phases = {f"{net}_{part}_s" for net in "dg" for part in ("forward", "backward", "optimizer")}
+    assert set(costs["unmarked"]) == phases and costs["unmarked"]["g_backward_s"] > 0
+    assert costs["unmarked"] == {phase: costs["marked"][phase] for phase in phases}
 
 
 def test_the_graph_of_a_generators_loss_holds_the_discriminators_weights():

@@ -115,8 +115,9 @@ def phase_scaling(cost: Optional[PhaseCost], measured: DeviceFigures, target: De
         return bound, share * compute_ratio + (1 - share) * memory_ratio
     if cost is None:
         raise UserInputError(f"no FLOPs and bytes for phase {phase}: the roofline needs them (calibrate again "
-                             "with --warmup 1 or more: the last warm-up step counts them; or import a trace "
-                             "recorded with with_flops=True and record_shapes=True)",
+                             "with --warmup 1 or more: the last warm-up step counts them, in a --script only "
+                             "where it marks its phases with phase() or record_function labels; or import a "
+                             "trace recorded with with_flops=True and record_shapes=True)",
                              field=f"measured.phase_costs.{phase}")
     intensity = cost.flops / cost.bytes if cost.bytes > 0 else float("inf")
     if intensity >= measured.ridge_flops_per_byte:

@@ -67,8 +67,20 @@ class PhaseCosts:
         total["bytes"] += self._counter.bytes
         self._name = self._counter = None
 
+    def rename(self, names: Mapping[str, Optional[str]]) -> None:
+        """Counts under a provisional name moved to their phase's (added to what it has), or
+        dropped where it maps to None; the phase under way ends first."""
+        self.stop()
+        for old, new in names.items():
+            total = self.totals.pop(old, None)
+            if total is not None and new is not None:
+                into = self.totals.setdefault(new, {"flops": 0.0, "bytes": 0.0})
+                into["flops"] += total["flops"]
+                into["bytes"] += total["bytes"]
+
     def per_occurrence(self, occurrences: Mapping[str, int]) -> dict[str, dict[str, float]]:
-        """Each phase's FLOPs and bytes per run of it (``occurrences``: runs in the step, 1 if absent)."""
+        """Each phase's FLOPs and bytes per run of it (``occurrences``: runs in the step, 1 if
+        absent); provisional names (``?_...``, not yet known to be a phase) are left out."""
         self.stop()
         return {name: {k: v / max(1, occurrences.get(name, 1)) for k, v in total.items()}
-                for name, total in self.totals.items()}
+                for name, total in self.totals.items() if not name.startswith("?")}

@@ -142,7 +142,7 @@ class StepRecorder:
         if self.reporter is not None:
             self.reporter.set(name)
         if self.index == self.warmup - 1:
-            self.counter = self.counter or PhaseCosts()
+            self.counter, self.count_step = self.counter or PhaseCosts(), self.index
             self.counter.start(name)
         self.open_at = self.clock()
 
@@ -168,13 +168,16 @@ class StepRecorder:
     # ------------------------------------------------------------------ steps
     def _start_recording(self) -> None:
         """No step yet, and nothing recorded."""
+        if getattr(self, "counter", None) is not None:
+            self.counter.stop()  # leave its dispatch mode
         self.index = -1  # the step under way; -1 before the first step()
         self.current: dict[str, float] = {}
         self.occurrence: dict[str, int] = {}
         self.samples: dict[str, list[float]] = {}
         self.collectives: list[dict] = []  # kept steps: {step, op, phase, occurrence, owner, bytes}
         self.costs: dict[str, dict[str, float]] = {}  # per phase occurrence, from the counted step
-        self.counter: Optional[PhaseCosts] = None  # while the last warm-up step runs
+        self.counter: Optional[PhaseCosts] = None  # while the counted step runs
+        self.count_step = -1  # the step whose FLOPs and bytes are counted (a warm-up one)
         self.d_steps: list[int] = []
 
     def _marking(self) -> None:
@@ -228,7 +231,8 @@ class StepRecorder:
             self.auto.script_step(self.step_start)
 
     def _end_step(self, now: float) -> None:
-        if self.counter is not None:  # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
+        if self.counter is not None and self.index == self.count_step:
+            # the counted step's FLOPs and bytes per phase occurrence (d_* per D step)
             self.costs = self.counter.per_occurrence(self.occurrence)
             self.counter = None
         if self.index < self.warmup:
@@ -278,8 +282,9 @@ class AutoPhases:
     before the first to step steps again is G, the others D
     (n D steps a G step: the usual WGAN loop); with one, every
     step is a one-network training step. A training step ends with G's optimizer step. Its
-    FLOPs and bytes are not counted (the roofline needs marked phases). Generator steps in a
-    row (its own regularisation step after its main one) are one GAN step's."""
+    phases' FLOPs and bytes are counted by the same rule in one warm-up step (_count_from).
+    Generator steps in a row (its own regularisation step after its main one) are one GAN
+    step's."""
 
     # what a collective issued in a backward() call is recorded in until the network is known
     # (one issued outside it is recorded in no phase, "")
@@ -295,6 +300,7 @@ class AutoPhases:
         self.held_by: dict[int, set[int]] = {}  # per optimizer, what its steps' backward graphs held
         self.order: list[int] = []  # the optimizers' steps before G is known
         self.stepping = 0  # optimizer steps under way (one inside another's is that one's)
+        self.counted = False  # the counted step's FLOPs and bytes have begun (_count_from)
         self.g: Optional[int] = None
         self.last_end: Optional[float] = None  # the previous optimizer step's end
         self.backward_s = 0.0
@@ -315,6 +321,24 @@ class AutoPhases:
         found from here on are this step's, and the script's steps, not G's, end steps."""
         self.last_end, self.backward_s, self.backward_end, self.pending = start, 0.0, None, None
         self.since = len(self.rec.collectives)
+        if self.active and self.rec.index == self.rec.warmup - 1:
+            self._count_from(self.rec.index)
+
+    # The FLOPs and bytes of each phase (for the roofline) are counted in one warm-up step, as
+    # for marked phases: under provisional names while the network is not known (what runs
+    # between a backward() and the next is forward, what runs after the last is the optimizer
+    # step's), given the network's names at its optimizer step. A step AutoPhases closes is
+    # known to have ended only once the next one's first D step has stepped, so it counts the
+    # step before the last warm-up one, and what it counted of that D step is dropped.
+    def _count_from(self, step: int) -> None:
+        if not self.counted and self.rec.counter is None:
+            self.counted = True
+            self.rec.counter, self.rec.count_step = PhaseCosts(), step
+            self.rec.counter.start("?_forward_s")
+
+    def _counting(self, name: str) -> None:
+        if self.rec.counter is not None and self.counted:
+            self.rec.counter.start(name)
 
     def made(self, optimizer: Any) -> None:
         self.optimizers[id(optimizer)] = optimizer
@@ -322,6 +346,9 @@ class AutoPhases:
     def backward_started(self, tensors: Any = None) -> float:
         self.depth += 1
         if self.depth == 1 and self.active:
+            if self.rec.counter is not None and self.counted:
+                self.rec.counter.rename({"?_after_s": "?_forward_s"})  # another forward came between
+                self.rec.counter.start("?_backward_s")
             if self.g is None and len(self.optimizers) >= 2:
                 self.held |= graph_storage(tensors)
             _sync()
@@ -337,6 +364,7 @@ class AutoPhases:
             self.backward_s += now - started
             self.backward_end = now
             self.after_backward = len(self.rec.collectives)
+            self._counting("?_after_s")
             if self.rec.open_name == self.BACKWARD:
                 self.rec.open_name = None
 
@@ -349,6 +377,7 @@ class AutoPhases:
             return
         if self.active:
             _sync()
+            self._counting("?_optimizer_s")
             self.opt_start = self.rec.clock()
 
     def step_ended(self, optimizer: Any) -> None:
@@ -364,6 +393,12 @@ class AutoPhases:
         if net == "d" and self.pending is not None and not rec.calls_step:
             # the GAN step ended with the generator step(s) before
             self._close(self.pending)  # raises EnoughSteps once the run has its steps
+        if rec.counter is not None and self.counted:  # (a step closed just now took its counts)
+            provisional = ("?_forward_s", "?_backward_s", "?_after_s", "?_optimizer_s")
+            rec.counter.rename(dict(zip(provisional, (None,) * 4)) if net is None else {
+                "?_forward_s": f"{net}_forward_s", "?_backward_s": f"{net}_backward_s",
+                "?_after_s": f"{net}_optimizer_s", "?_optimizer_s": f"{net}_optimizer_s"})
+            rec.counter.start("?_forward_s")
         if net is not None and rec.index >= 0 and self.last_end is not None:
             after_backward = self.backward_end if self.backward_end is not None else self.opt_start
             total, optimizer_s = end - self.last_end, end - after_backward
@@ -381,7 +416,12 @@ class AutoPhases:
             # a generator step ends the GAN step unless another follows in a row (its own
             # regularisation step): closed when D steps next, or at once with one network
             self.pending = end
-            if len(self.optimizers) == 1:
+            single = len(self.optimizers) == 1
+            # counted: the last warm-up step where a G step closes its step at once (one network),
+            # else the one before it (its end is known only once the next D step has stepped)
+            if rec.index == rec.warmup - (2 if single else 3):
+                self._count_from(rec.index + 1)
+            if single:
                 self._close(end)
 
     def _close(self, at: float) -> None:
