@@ -609,6 +609,7 @@ def test_all_reduces_issued_by_hand_between_backward_and_step_are_each_steps_own
     script.write_text(MANUAL_ALLREDUCE_GAN)
     result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
     assert result["d_steps"] == [2, 2, 2]
+    assert result["batch_size"] == 16  # no DDP: what the first trained network took
     summary = summarize(result["collectives"], 3)
     d_bytes, g_bytes = 4 * (16 * 24 + 24 + 24 + 1), 4 * (8 * 32 + 32 + 32 * 16 + 16)
     per_step = {}

@@ -101,6 +101,7 @@ class StepRecorder:
         self._start_recording()
         self.batch_size: Optional[int] = None
         self.ddp_batch: Optional[int] = None  # the first tensor a DDP module took: samples per rank
+        self.model_batch: Optional[int] = None  # without DDP: the first a module an optimizer holds took
         self.quiet = 0  # >0 while a recorded hook issues its own collective
         self.in_hook: Optional[list[int]] = None  # the bytes of each all_reduce a DDP hook issues
         self.ddp_modules: list[Any] = []
@@ -264,7 +265,7 @@ class StepRecorder:
         # every kept step has the same phases (a phase missing in one step counts 0 there)
         samples = {name: values + [0.0] * (kept - len(values)) if len(values) < kept else values
                    for name, values in self.samples.items()}
-        batch = self.batch_size if self.batch_size is not None else self.ddp_batch
+        batch = next((b for b in (self.batch_size, self.ddp_batch, self.model_batch) if b is not None), None)
         return {"samples": samples, "collectives": self.collectives, "costs": self.costs, "batch_size": batch,
                 "d_steps": self.d_steps, "steps_seen": self.index + 1, "ddp_buckets": self.ddp_buckets}
 
@@ -593,6 +594,17 @@ def recording(rec: StepRecorder, find_phases: bool = True):
     optimizer_hooks = [register_optimizer_step_pre_hook(lambda opt, *a: auto.step_started(opt)),
                        register_optimizer_step_post_hook(lambda opt, *a: auto.step_ended(opt))]
 
+    def first_batch(module, inputs):  # a script without DDP: the batch its trained networks take
+        if rec.model_batch is not None or not auto.optimizers:
+            return
+        trained = {id(p) for opt in auto.optimizers.values() for group in opt.param_groups for p in group["params"]}
+        if any(id(p) in trained for p in module.parameters()):
+            first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
+            if first is not None:
+                rec.model_batch = int(first.shape[0])
+                batch_hook.remove()
+    batch_hook = torch.nn.modules.module.register_module_forward_pre_hook(first_batch)
+
     original_init_group = dist.init_process_group
 
     def init_process_group(*args, **kwargs):
@@ -620,7 +632,7 @@ def recording(rec: StepRecorder, find_phases: bool = True):
         rec.ddp_buckets = {owner_of(m): ddp_logged_buckets(m) for m in rec.ddp_modules}
         rec.ddp_modules = []
         instrument.install(None)
-        for handle in optimizer_hooks:
+        for handle in (*optimizer_hooks, batch_hook):
             handle.remove()
         for obj, attr, value in saved:
             setattr(obj, attr, value)
