@@ -36,6 +36,12 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Module:
     return wrap(nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, outputs)))
 
 
+def network_step(optimizer, loss) -> None:
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
 if loop == "g_first":
     G, D = mlp(8, 32, 16), mlp(16, 24, 1)
     opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
@@ -74,12 +80,8 @@ elif loop == "loader_workers":
 
     def iteration():
         (real,) = next(batches)
-        opt_g.zero_grad()
-        (-D(G(torch.randn(16, 8))).mean()).backward()
-        opt_g.step()
-        opt_d.zero_grad()
-        (D(G(torch.randn(16, 8)).detach()).mean() - D(real).mean()).backward()
-        opt_d.step()
+        network_step(opt_g, -D(G(torch.randn(16, 8))).mean())
+        network_step(opt_d, D(G(torch.randn(16, 8)).detach()).mean() - D(real).mean())
 elif loop == "zero":
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -88,12 +90,8 @@ elif loop == "zero":
     opt_d = ZeroRedundancyOptimizer(D.parameters(), optimizer_class=torch.optim.Adam)
 
     def iteration():
-        opt_d.zero_grad()
-        (D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean()).backward()
-        opt_d.step()
-        opt_g.zero_grad()
-        (-D(G(torch.randn(16, 8))).mean()).backward()
-        opt_g.step()
+        network_step(opt_d, D(G(torch.randn(16, 8)).detach()).mean() - D(torch.randn(16, 16)).mean())
+        network_step(opt_g, -D(G(torch.randn(16, 8))).mean())
 else:
     raise SystemExit(f"unknown loop {loop!r}; allowed: g_first, two_discriminators, loader_workers, zero")
 
