@@ -100,6 +100,19 @@ def test_a_script_crashing_on_rank_1_names_the_rank_and_its_own_last_line(tmp_pa
     assert out.read_text() == "{}"  # the earlier profile untouched
 
 
+def test_a_script_whose_argument_parser_exits_says_it_exited_with_its_status(tmp_path, capsys):
+    """argparse prints its own usage and exits with status 2: the last line says the script
+    exited with that status, not a bare "SystemExit: 2"."""
+    script = tmp_path / "needs_args.py"
+    script.write_text("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--data', "
+                      "required=True)\nparser.parse_args()\n")
+    code = main(["calibrate", "--script", str(script), "--world-sizes", "1,2", "--repeats", "1", "--steps", "2",
+                 "--warmup", "1", "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and "needs_args.py:4: the script exited with status 2" in last, err
+
+
 def test_a_phase_opened_and_never_closed_is_one_line(tmp_path, capsys):
     out = tmp_path / "profile.json"
     out.write_text("{}")
