@@ -132,10 +132,10 @@ def compose_failure(states, procs, world_size, status, now, arrays, hang_s=None)
             where = format_where(e["task"], e["phase"], e["step"], world_size)
             if e.get("user_line"):  # the last line of a calibrated script's own traceback
                 where += f" at {e['user_line']}"
-            if e["type"] == "SystemExit":  # the script's own exit (an argument parser's): its reason is printed above
-                text = f"rank {r} failed in {where}: the script exited with status {e['message']} (its own message is above)"
-            else:
-                text = f"rank {r} failed in {where}: {e['type']}: {e['message']}"
+            # the script's own exit (an argument parser's) printed its reason above
+            why = (f"the script exited with status {e['message']} (its own message is above)"
+                   if e["type"] == "SystemExit" else f"{e['type']}: {e['message']}")
+            text = f"rank {r} failed in {where}: {why}"
             (comm if e["comm"] else raised).append((r, e["phase"], e["task"], text))
         elif s.exitcode not in (None, 0) or (procs[r].exitcode not in (None, 0)):
             code = s.exitcode if s.exitcode is not None else procs[r].exitcode

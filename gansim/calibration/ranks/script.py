@@ -106,11 +106,9 @@ class StepRecorder:
         self.in_hook: Optional[list[int]] = None  # the bytes of each all_reduce a DDP hook issues
         self.ddp_modules: list[Any] = []
         self.ddp_buckets: dict[str, list[int]] = {}  # what each DDP logged of its own buckets
-        self.marked = False  # the script marks its steps or phases itself (AutoPhases stands aside)
         self.calls_step = False  # the script calls step() itself
         self.phases_marked = False  # the script labels its phases (AutoPhases stands aside)
         self.auto_phases = 0  # phases AutoPhases found
-        self.label_steps = 0  # steps begun from the script's phase labels (it calls no step())
         self.g_in_step = False  # a g_* phase has opened in the step under way
         self.auto_steps = 0  # steps AutoPhases closed
         self.auto: Optional["AutoPhases"] = None
@@ -130,7 +128,6 @@ class StepRecorder:
                 self._start_recording()
         if not self.calls_step and self._label_step_due(name):
             self.step(auto=True)
-            self.label_steps += 1
         if self.index < 0:
             return  # before the first step(): set-up, not timed
         self.g_in_step = self.g_in_step or name.startswith("g_")
@@ -181,12 +178,16 @@ class StepRecorder:
         self.count_step = -1  # the step whose FLOPs and bytes are counted (a warm-up one)
         self.d_steps: list[int] = []
 
+    @property
+    def marked(self) -> bool:
+        """The script marks its steps or phases itself."""
+        return self.calls_step or self.phases_marked
+
     def _marking(self) -> None:
         if not self.marked and self.auto_steps:
             # the script marks its steps after all (after optimizer steps of its own set-up):
             # what AutoPhases recorded is dropped, and the marked steps count from the first
             self._start_recording()
-        self.marked = True
 
     def add_phase(self, name: str, seconds: float) -> None:
         """One occurrence of a phase found by AutoPhases, `seconds` long."""
@@ -206,7 +207,7 @@ class StepRecorder:
         """A step starts here (`at`: at that earlier clock reading, where AutoPhases closes it)."""
         if not auto:
             self._marking()
-            if not self.calls_step and self.label_steps:
+            if not self.calls_step and self.phases_marked:
                 self._start_recording()  # the script's own steps replace those its labels gave
             self.calls_step = True
         if self.open_name is not None:
@@ -338,7 +339,8 @@ class AutoPhases:
             self.rec.counter.start("?_forward_s")
 
     def _counting(self, name: str) -> None:
-        if self.rec.counter is not None and self.counted:
+        # (while AutoPhases is active, a counter running is its own: marked phases stop it)
+        if self.rec.counter is not None:
             self.rec.counter.start(name)
 
     def made(self, optimizer: Any) -> None:
@@ -347,9 +349,9 @@ class AutoPhases:
     def backward_started(self, tensors: Any = None) -> float:
         self.depth += 1
         if self.depth == 1 and self.active:
-            if self.rec.counter is not None and self.counted:
+            if self.rec.counter is not None:
                 self.rec.counter.rename({"?_after_s": "?_forward_s"})  # another forward came between
-                self.rec.counter.start("?_backward_s")
+            self._counting("?_backward_s")
             if self.g is None and len(self.optimizers) >= 2:
                 self.held |= graph_storage(tensors)
             _sync()
@@ -394,7 +396,7 @@ class AutoPhases:
         if net == "d" and self.pending is not None and not rec.calls_step:
             # the GAN step ended with the generator step(s) before
             self._close(self.pending)  # raises EnoughSteps once the run has its steps
-        if rec.counter is not None and self.counted:  # (a step closed just now took its counts)
+        if rec.counter is not None:  # (a step closed just now took its counts)
             provisional = ("?_forward_s", "?_backward_s", "?_after_s", "?_optimizer_s")
             rec.counter.rename(dict(zip(provisional, (None,) * 4)) if net is None else {
                 "?_forward_s": f"{net}_forward_s", "?_backward_s": f"{net}_backward_s",
@@ -468,6 +470,13 @@ class AutoPhases:
 
 
 # ---------------------------------------------------------------------------- patches
+def leading_batch(inputs: Any) -> Optional[int]:
+    """The first dimension of a forward's first tensor of at least one dimension: its samples
+    per rank (None where it takes no such tensor)."""
+    first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
+    return int(first.shape[0]) if first is not None else None
+
+
 def labels_its_phases(path: str) -> bool:
     """Whether a script names a phase in quotes (gansim's phase() or a record_function label):
     then its phases are its own from the first step, and AutoPhases stays out of it even while
@@ -547,12 +556,10 @@ def recording(rec: StepRecorder, find_phases: bool = True):
         self._gansim_pre_forward = self.register_forward_pre_hook(first_forward)
 
         def batch_of(module, inputs):  # the batch of a script that gives none: what its DDP modules take
-            if rec.ddp_batch is None or (auto.active and auto.batch_size is None):
-                first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
-                batch = int(first.shape[0]) if first is not None else None
-                rec.ddp_batch = batch if rec.ddp_batch is None else rec.ddp_batch
-                if auto.active and auto.batch_size is None:
-                    auto.batch_size = batch
+            if rec.ddp_batch is None:
+                rec.ddp_batch = leading_batch(inputs)
+            if auto.active and auto.batch_size is None:
+                auto.batch_size = leading_batch(inputs)
         self._gansim_batch = self.register_forward_pre_hook(batch_of)
 
     def register_comm_hook(self, state, hook):
@@ -599,9 +606,8 @@ def recording(rec: StepRecorder, find_phases: bool = True):
             return
         trained = {id(p) for opt in auto.optimizers.values() for group in opt.param_groups for p in group["params"]}
         if any(id(p) in trained for p in module.parameters()):
-            first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1), None)
-            if first is not None:
-                rec.model_batch = int(first.shape[0])
+            rec.model_batch = leading_batch(inputs)
+            if rec.model_batch is not None:
                 batch_hook.remove()
     batch_hook = torch.nn.modules.module.register_module_forward_pre_hook(first_batch)
 
