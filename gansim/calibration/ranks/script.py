@@ -601,11 +601,16 @@ def recording(rec: StepRecorder, find_phases: bool = True):
     optimizer_hooks = [register_optimizer_step_pre_hook(lambda opt, *a: auto.step_started(opt)),
                        register_optimizer_step_post_hook(lambda opt, *a: auto.step_ended(opt))]
 
+    trained: dict[int, set[int]] = {}  # per count of optimizers made, the parameters they hold
+
     def first_batch(module, inputs):  # a script without DDP: the batch its trained networks take
         if rec.model_batch is not None or not auto.optimizers:
             return
-        trained = {id(p) for opt in auto.optimizers.values() for group in opt.param_groups for p in group["params"]}
-        if any(id(p) in trained for p in module.parameters()):
+        made = len(auto.optimizers)
+        if made not in trained:
+            trained[made] = {id(p) for opt in auto.optimizers.values() for group in opt.param_groups
+                             for p in group["params"]}
+        if any(id(p) in trained[made] for p in module.parameters()):
             rec.model_batch = leading_batch(inputs)
             if rec.model_batch is not None:
                 batch_hook.remove()
