@@ -192,8 +192,8 @@ def _check_script(request: CalibrateRequest) -> tuple[str, tuple[str, ...], str 
     if not path.endswith(".py") and not os.path.isfile(path) and _MODULE_NAME.fullmatch(path):
         return _module_file(path), script_args, path
     if not os.path.isfile(path):
-        raise UserInputError("file does not exist; allowed: a Python training script (train.py) or a module "
-                             "run as python -m runs it (package.train)", source=path, field="--script")
+        raise UserInputError("file does not exist; allowed: a Python training script (train.py) or a module python -m "
+                             "can run (package.train)", source=path, field="--script")
     if not path.endswith(".py"):
         raise UserInputError("not a .py file; allowed: a Python training script", source=path,
                              field="--script")
