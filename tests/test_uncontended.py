@@ -489,6 +489,73 @@ def test_a_ring_alike_in_every_machine_is_worked_out_on_one_period_of_them(monke
     assert_same(fast, flowed)
 
 
+@pytest.mark.parametrize("algorithm", ["hierarchical_ring", "halving_doubling"])
+@pytest.mark.parametrize("options", [{"gamma_s_per_byte": 3e-11}, {"overlap": True}, {"overlap": True, "compute_cv": 0.3}])
+def test_a_plan_alike_in_every_machine_is_played_on_one_machine_to_the_last_digit(monkeypatch, algorithm, options):
+    """A hierarchical ring on machines that copy one another, its ranks joining alike, is
+    played on one machine's ranks (PlayPlan.periodic): each standing for its copies, its rings
+    across the machines rings of each rank with itself. The figures, what each resource
+    carried and the trace are those of playing every rank, to the last digit, and the flow
+    network's. Where the ranks join apart (compute_cv), or a step's pairs do not repeat
+    machine by machine (halving-doubling pairs rank 0 with 4, 8 with 0 across 3 machines),
+    every rank is played."""
+    workload = GAN if options.get("overlap") else {"allreduce_bytes": 4 * 100_003}
+    used: list[int] = []
+    play_periodic = uncontended.UncontendedPlay._play_periodic
+
+    def counted(play, form, *args):
+        used.append(form.period)
+        return play_periodic(play, form, *args)
+
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_play_periodic", counted)
+    fast_kept: list = []
+    fast, plays = run(monkeypatch, "multi_node", algorithm, workload, plays=True, kept=fast_kept, **options)
+    assert plays > 0
+    alike = algorithm == "hierarchical_ring" and not options.get("compute_cv")
+    assert used == ([4] * len(used) if alike else []) and bool(used) == alike
+    monkeypatch.setattr(uncontended.PlayPlan, "periodic", lambda plan: None)
+    every_kept: list = []
+    every, _ = run(monkeypatch, "multi_node", algorithm, workload, plays=True, kept=every_kept, **options)
+    flowed, _ = run(monkeypatch, "multi_node", algorithm, workload, plays=False, **options)
+    for key in FIGURES:
+        assert getattr(fast, key) == getattr(every, key), key
+    assert fast.breakdown.to_dict() == every.breakdown.to_dict()
+    assert fast.bottleneck == every.bottleneck
+    for fast_play, every_play in zip(fast_kept[:plays], every_kept[:plays]):
+        for mine, theirs in zip(fast_play.resource_spans(), every_play.resource_spans()):
+            np.testing.assert_array_equal(mine, theirs)
+        for mine, theirs in zip(fast_play.carried(), every_play.carried()):
+            np.testing.assert_array_equal(mine, theirs)
+    assert_same(fast, flowed)
+
+
+def test_a_plan_is_worked_out_on_one_machine_only_where_its_machines_repeat():
+    """PlayPlan.periodic's period: a machine's ranks where every machine is the same; none
+    where one machine's links are slower than the others', or where a step's pairs do not
+    move along with the machines."""
+    from gansim.collectives.schedules import build_schedule
+    from gansim.network.cluster import Cluster
+    import simpy
+
+    def plan(topology: dict, algorithm: str, groups=None):
+        topo = topology_from_dict({"name": "t", **topology}, "test")
+        cluster = Cluster(topo, 12, simpy.Environment())
+        schedule = build_schedule(algorithm, 12, 4 * 1000, groups)
+        return uncontended.PlayPlan.build(cluster, schedule, tuple(topo.ranks[:12]), 4 * 4000.0)
+
+    machines = [[4 * m + i for i in range(4)] for m in range(3)]
+    alike = TOPOLOGIES["multi_node"]
+    assert plan(alike, "hierarchical_ring", machines).periodic().period == 4
+    assert plan(alike, "halving_doubling").periodic() is None
+    generated = topology_from_dict({"name": "t", **alike}, "test")
+    spec = {"nodes": [n.model_dump(exclude_none=True) for n in generated.nodes.values()],
+            "links": [link._asdict() for link in generated.links]}
+    last_nic = next(link for link in reversed(spec["links"]) if link["kind"] == "net")
+    last_nic["bandwidth_GBps"] /= 2  # the last machine's last NIC is slower
+    found = plan(spec, "hierarchical_ring", machines)
+    assert found is not None and found.periodic() is None
+
+
 def test_a_step_of_a_ring_of_one_period_as_a_matrix_is_the_step_itself():
     """The max-plus matrix of one step (and its powers) against the recurrence on numpy
     arrays, for rings closed on themselves of 1, 2, 3 and 5 slots."""

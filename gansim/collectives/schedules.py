@@ -156,6 +156,31 @@ class Schedule:
             return None
         return base, [s.window for s in steps]
 
+    def equal_shares(self) -> list[float] | None:
+        """Per step, the elements each of its transfers is reckoned on, where every transfer
+        of each step moves the same (a ring's equal shares, `_ring_steps`); else None."""
+        steps = self.steps
+        if isinstance(steps, _RingSteps):
+            return steps.equal_shares()
+        if isinstance(steps, _ChainedSteps):
+            shares: list[float] = []
+            for part in self.parts():
+                found = part.equal_shares()
+                if found is None:
+                    return None
+                shares += found
+            return shares
+        if isinstance(steps, _SparseRingSteps):
+            return None
+        shares = []
+        for step in steps:
+            size = step.size
+            first = float(size[0])
+            if not bool((size == first).all()):
+                return None
+            shares.append(first)
+        return shares
+
     def reduces(self) -> list[bool]:
         """Per step, whether its receivers reduce what they receive."""
         if isinstance(self.steps, _RingSteps):
@@ -377,6 +402,11 @@ class _RingSteps(_LazyRingSteps):
 
     def reduces(self) -> list[bool]:
         return [reduce for reduce in self._phases for _ in range(self._n - 1)]
+
+    def equal_shares(self) -> list[float] | None:
+        size3 = self._arrays[4]
+        share = float(size3.flat[0])
+        return [share] * len(self) if bool((size3 == share).all()) else None
 
     def _step(self, k: int) -> Step:
         src, dst, lo3, hi3, size3 = self._arrays

@@ -122,6 +122,8 @@ class PlayPlan:
         default_factory=dict, repr=False)
     # per gamma: `ring_views`' lists (None: the schedule is not such a ring)
     _ring_views: dict[float, "RingViews | None"] = field(default_factory=dict, repr=False)
+    # `periodic`'s form, once worked out (a list, so that None is an answer too)
+    _periodic: list["_Periodic | None"] = field(default_factory=list, repr=False)
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
@@ -250,6 +252,32 @@ class PlayPlan:
         self._ring_views[gamma] = found
         return found
 
+    def periodic(self) -> "_Periodic | None":
+        """The plan on one period of P participants (_Periodic), where it has one: every step
+        has every participant send once and receive once, each transfer of a step moves the
+        same bytes (a ring's equal shares: a hierarchical ring's phases too), and moving every
+        participant P places on (P | n) moves each transfer onto one of the same step with
+        the same latency and rate (machines that copy one another). Then participants P
+        places apart that start alike stay alike, step after step. None for other plans."""
+        if self._periodic:
+            return self._periodic[0]
+        found = None
+        n = self.participants
+        full = all(s.sender_slot is None and not s.merged and s.send_slot is not None for s in self.shapes)
+        shares = self.schedule.equal_shares() if full and n == self.cluster.ranks and n > 1 else None
+        if shares is not None:
+            positions = np.arange(n)
+            arrays = []
+            for shape in self.shapes:  # by sender: where it sends (how far on), at what latency and rate
+                sent = shape.send_slot
+                arrays += [(shape.dst[sent] - positions) % n, shape.latency[sent], shape.rate[sent]]
+            period = shortest_period(*arrays, longest=n // 2)
+            if period is not None:
+                found = _Periodic(period, [_PeriodicShape.of(shape, period) for shape in self.shapes],
+                                  [share * self.bytes_per_element for share in shares], self.schedule.reduces())
+        self._periodic.append(found)
+        return found
+
     def _window_amount(self, step: Step, k: int) -> np.ndarray | None:
         """Bytes per transfer of `step` as a slice, where its sizes are a window of a base
         array (a ring's steps are windows of its segment sizes tiled three times): the base's
@@ -314,6 +342,38 @@ class RingViews:
 
 
 @dataclass
+class _PeriodicShape:
+    """A shape whose every participant sends once and receives once, on one period of P
+    participants (PlayPlan.periodic): participant h < P stands for every participant
+    h + jP, which sends to and receives from participants that the period's stand for."""
+
+    to: np.ndarray  # per participant h of the period: the one of the period its transfer goes to
+    back: np.ndarray  # and the one whose transfer it receives
+    latency: np.ndarray  # of h's transfer
+    rate: np.ndarray
+    own: bool  # every h sends to and receives from itself (a ring across machines, one per place)
+    stands_for: np.ndarray  # per slot of the shape: the participant of the period whose transfer it copies
+
+    @classmethod
+    def of(cls, shape: _Shape, period: int) -> "_PeriodicShape":
+        assert shape.send_slot is not None and shape.recv_slot is not None
+        sent, got = shape.send_slot[:period], shape.recv_slot[:period]
+        to, back = shape.dst[sent] % period, shape.src[got] % period
+        own = bool((to == np.arange(period)).all() and (back == to).all())
+        return cls(to, back, shape.latency[sent], shape.rate[sent], own, shape.src % period)
+
+
+@dataclass
+class _Periodic:
+    """A plan worked out on one period of its participants (PlayPlan.periodic)."""
+
+    period: int
+    shapes: list[_PeriodicShape]  # per shape of the plan
+    amounts: list[float]  # per step, the bytes each of its transfers moves
+    reduce: list[bool]  # per step, whether it reduces what it receives
+
+
+@dataclass
 class TransferBudget:
     """How many more transfers the plays of a run may keep for its details: the first
     ones are all a trace shows (a later play's are never in its window)."""
@@ -369,11 +429,20 @@ class UncontendedPlay:
         views = plan.ring_views(gamma)
         if fill and views is not None:
             kept = None  # (the views give every step's transfer times)
-        rest = len(plan.schedule.steps)  # where the ring's own loop takes over (none: no such loop)
+        # where a ring's own loop, or the plan's period, takes over (none: every step played here)
+        rest = len(plan.schedule.steps)
+        periodic = plan.periodic() if views is None else None
         for k, step in enumerate(plan.schedule.steps):
             if views is not None and k > 0 and not recording.wanted:
                 rest = k
                 break
+            if periodic is not None and k > 0 and not recording.wanted:
+                if _repeats(t, (n_part // periodic.period, periodic.period)):
+                    rest = k
+                    if fill:
+                        kept = None  # (the later steps' transfer times are the period's only)
+                    break
+                periodic = None  # the participants did not join alike: every step played
             index = step_shape[k]
             shape = shapes[index]
             slots = None
@@ -433,7 +502,10 @@ class UncontendedPlay:
                     last_end[index] = finish.copy()
             if recording.wanted:
                 recording.add(self.first_step + k, shape, step, start, finish, t)
-        if rest < len(plan.schedule.steps):
+        if rest < len(plan.schedule.steps) and views is None:
+            assert periodic is not None
+            self._play_periodic(periodic, rest, t, first_start, last_end, carried if fill else None)
+        elif rest < len(plan.schedule.steps):
             finish = self._periodic_ring(views, rest, t_ring, finish_ring)
             if finish is not None:
                 if fill:  # every step moves the same bytes on every slot
@@ -493,6 +565,70 @@ class UncontendedPlay:
         finish_ring[1:] = np.tile(finish, by_period[0])
         finish_ring[0] = finish_ring[n_part]
         return finish_ring[1:]
+
+    def _play_periodic(self, form: "_Periodic", first: int, t: np.ndarray, first_start: list[np.ndarray | None],
+                       last_end: list[np.ndarray | None], carried: list[np.ndarray] | None) -> None:
+        """Steps `first`... of a plan with a period (PlayPlan.periodic) whose participants'
+        times so far repeat with it: played on the period's participants, each transfer of
+        a step standing for its copies P, 2P, ... places on, which start, end and reduce at
+        the same times. The same terms in the same order as `solve`'s loop over every
+        participant, so the same figures to the last digit. A step where each participant of
+        the period sends to itself (its copy: one ring per place in the machine, across the
+        machines) adds its latency, transfer time and reduction to each time: runs of such
+        steps are sums along the steps, accumulated in the loop's order."""
+        plan = self.plan
+        period, gamma = form.period, self.gamma_s_per_byte
+        state = t[:period].copy()
+        step_shape, last_step = plan.step_shape, plan.last_steps()
+        starts: dict[int, np.ndarray] = {}
+        finishes: dict[int, np.ndarray] = {}
+        steps = len(step_shape)
+        k = first
+        while k < steps:
+            index = step_shape[k]
+            shape = form.shapes[index]
+            if shape.own:
+                end = k + 1
+                while end < steps and step_shape[end] == index:
+                    end += 1
+                amounts = np.array(form.amounts[k:end])
+                received = np.where(np.array(form.reduce[k:end]) & (gamma > 0), amounts * gamma, 0.0)
+                # per step: + latency, + bytes / rate, + what it reduces; after the times so far
+                terms = np.empty((3 * (end - k) + 1, period))
+                terms[0] = state
+                terms[1::3] = shape.latency
+                terms[2::3] = amounts[:, None] / shape.rate
+                terms[3::3] = received[:, None]
+                sums = np.add.accumulate(terms, axis=0)
+                if index not in starts and first_start[index] is None:
+                    starts[index] = state
+                if last_step[index] < end:
+                    finishes[index] = sums[-2]
+                if carried is not None:
+                    for amount in form.amounts[k:end]:
+                        carried[index] += amount
+                state = sums[-1].copy()
+                k = end
+                continue
+            amount = form.amounts[k]
+            start = np.maximum(state, state[shape.to])
+            finish = (start + shape.latency) + amount / shape.rate
+            done = np.maximum(finish, finish[shape.back])
+            if form.reduce[k] and gamma > 0:
+                done = done + amount * gamma
+            if index not in starts and first_start[index] is None:
+                starts[index] = start
+            if last_step[index] == k:
+                finishes[index] = finish
+            if carried is not None:
+                carried[index] += amount
+            state = done
+            k += 1
+        t[:] = np.tile(state, t.size // period)
+        for index, start in starts.items():
+            first_start[index] = start[form.shapes[index].stands_for]
+        for index, finish in finishes.items():
+            last_end[index] = finish[form.shapes[index].stands_for]
 
     def _ring_loop(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
                    start: np.ndarray, carried: np.ndarray | None) -> np.ndarray:
