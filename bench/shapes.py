@@ -79,6 +79,8 @@ SHAPES = {s.name: s for s in (
           10, {"overlap": True}),
     Shape("gan_ddp_nccl", f"`{GAN}` with DDP buckets, nccl, NVSwitch machines", nvswitch_machines, GAN, "nccl",
           10, {"overlap": True}),
+    Shape("gan_ddp_hierarchical_ring", f"`{GAN}` with DDP buckets, `hierarchical_ring`, NVSwitch machines",
+          nvswitch_machines, GAN, "hierarchical_ring", 10, {"overlap": True}),
     Shape("few_host_cores", f"`{GAN}` with DDP buckets, ring, 4 host cores for 8 GPUs",
           lambda gpus: nvswitch_machines(gpus, host_cores=4), GAN, "ring", 10, {"overlap": True}),
     Shape("rail_nccl", "`nccl` all-reduce, NVSwitch machines on a rail-optimised leaf-spine fabric", rail_machines,
@@ -87,7 +89,8 @@ SHAPES = {s.name: s for s in (
           GAN, "nccl", 10, {"overlap": True}),
 )}
 # Shapes beyond the ones the bounds are set for, run only when --shapes names them: what
-# a ring costs whose ranks do not repeat from machine to machine (docs/performance.md)
+# a ring costs whose ranks do not repeat from machine to machine, and shapes whose routes are
+# searched one by one (docs/performance.md)
 EXTRA = {s.name: s for s in (
     Shape("gan_ddp_ring_stragglers", f"`{GAN}` with DDP buckets, ring, ranks' compute varying "
           "(`compute_cv: 0.1`)", nvswitch_machines, GAN, "ring", 10, {"overlap": True, "compute_cv": 0.1}),
@@ -95,6 +98,14 @@ EXTRA = {s.name: s for s in (
           nvswitch_machines, GAN, "ring", 10, {"gradient_sync": "per_variable"}),
     Shape("gan_per_variable_hierarchical_ring", f"`{GAN}`, one `hierarchical_ring` all-reduce per variable",
           nvswitch_machines, GAN, "hierarchical_ring", 10, {"gradient_sync": "per_variable"}),
+    Shape("rail_gan_ddp_hierarchical_ring", f"`{GAN}` with DDP buckets, `hierarchical_ring`, rail-optimised "
+          "leaf-spine fabric", rail_machines, GAN, "hierarchical_ring", 10, {"overlap": True}),
+    Shape("gan_ddp_nccl_pcie", f"`{GAN}` with DDP buckets, nccl, PCIe machines (`intra: pcie_tree`)",
+          lambda gpus: {**nvswitch_machines(gpus), "params": {**nvswitch_machines(gpus)["params"],
+                                                              "intra": "pcie_tree"}}, GAN, "nccl", 10,
+          {"overlap": True}),
+    Shape("gan_ddp_halving_doubling", f"`{GAN}` with DDP buckets, `halving_doubling`, NVSwitch machines",
+          nvswitch_machines, GAN, "halving_doubling", 10, {"overlap": True}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
 PREDICT_RANKS = 1024  # the size it is held to

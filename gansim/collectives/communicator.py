@@ -73,6 +73,7 @@ class Communicator:
     nccl_states: dict[tuple, nccl.NcclState] = field(default_factory=dict, repr=False)
     spans: list[CollectiveSpan] = field(default_factory=list)
     _play: UncontendedPlay | None = None  # the play the last flow all-reduce used, if any
+    _groups: tuple[tuple[int, ...], ...] | None = None
     _budget: TransferBudget | None = None
     # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
     # plan, or None where it is contended
@@ -154,10 +155,12 @@ class Communicator:
         return exits
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
-        topology = self.cluster.topology
-        groups = machine_groups(topology, self.cluster.ranks, self.algorithm, source=topology.source,
-                                field="algorithms")
-        return tuple(tuple(g) for g in groups)
+        if self._groups is None:  # (the same for every collective of the run)
+            topology = self.cluster.topology
+            groups = machine_groups(topology, self.cluster.ranks, self.algorithm, source=topology.source,
+                                    field="algorithms")
+            self._groups = tuple(tuple(g) for g in groups)
+        return self._groups
 
     def link_parameters(self) -> LinkParameters:
         nodes = self.cluster.rank_nodes
