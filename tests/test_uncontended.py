@@ -556,6 +556,33 @@ def test_a_plan_is_worked_out_on_one_machine_only_where_its_machines_repeat():
     assert found is not None and found.periodic() is None
 
 
+def test_rings_whose_pairs_all_fit_on_a_shared_uplink_at_once_are_played(monkeypatch):
+    """A hierarchical ring's rings across machines, one per place in the machine, each cross
+    a pod's uplink where they leave the pod: pairs without a participant in common, at
+    different steps. The uplink carries what the links below it do, so all of them fit on it
+    at once and it never binds: the all-reduce is played (rule (2)), to the flow network's
+    figures. With the uplink cut to less than their sum it is not."""
+    TOPOLOGIES["rail_pods"] = {"generator": "multi_node", "params": {
+        "nodes": 8, "gpus_per_node": 2, "fabric": "rail", "machines_per_leaf": 2, "machines_per_pod": 4}}
+    generated = topology_from_dict({"name": "t", **TOPOLOGIES["rail_pods"]}, "test")
+    links = [link._asdict() for link in generated.links]
+    for link in links:
+        if {link["a"], link["b"]} == {"spine0", "core"}:
+            link["bandwidth_GBps"] = 30.0  # less than the two rings' 25 GB/s each
+    TOPOLOGIES["rail_pods_oversubscribed"] = {
+        "nodes": [n.model_dump(exclude_none=True) for n in generated.nodes.values()], "links": links}
+    try:
+        workload = {"allreduce_bytes": 4 * 100_003}
+        played, plays = run(monkeypatch, "rail_pods", "hierarchical_ring", workload, plays=True, gpus=16)
+        flowed, _ = run(monkeypatch, "rail_pods", "hierarchical_ring", workload, plays=False, gpus=16)
+        assert plays == 3
+        assert_same(played, flowed)
+        _, plays = run(monkeypatch, "rail_pods_oversubscribed", "hierarchical_ring", workload, plays=True, gpus=16)
+        assert plays == 0
+    finally:
+        del TOPOLOGIES["rail_pods"], TOPOLOGIES["rail_pods_oversubscribed"]
+
+
 def test_a_step_of_a_ring_of_one_period_as_a_matrix_is_the_step_itself():
     """The max-plus matrix of one step (and its powers) against the recurrence on numpy
     arrays, for rings closed on themselves of 1, 2, 3 and 5 slots."""

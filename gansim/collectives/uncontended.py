@@ -4,7 +4,9 @@ A schedule is *uncontended* when, on every resource its transfers cross, (1) wit
 step only one pair of participants crosses it (several transfers of one pair in one step,
 as channels are, move as one), or the pairs that do fit on it at once (their rates alone
 add up to no more than its capacity: a CPU rank's core moving its send and its receive),
-and (2) every pair that ever crosses it shares one participant. The per-rank rendezvous
+and (2) every pair that ever crosses it shares one participant, or all the pairs that
+ever cross it fit on it at once (the rings of a hierarchical ring, one per place in a
+machine, each crossing a pod's uplink where it leaves the pod). The per-rank rendezvous
 then orders the transfers of different steps on a resource (the later one waits for that
 participant's earlier step), so no resource ever binds: each transfer takes its route's
 latency, then its bytes at its route's slowest capacity (over the route's weight on it: a
@@ -134,6 +136,7 @@ class PlayPlan:
         step_shape: list[int] = []
         net = cluster.network
         pair_users: list[np.ndarray] = []  # (resource, src, dst) of every slot of every shape
+        pair_loads: list[np.ndarray] = []  # and its rate alone there, times its weight on it
 
         def add(shape: _Shape) -> int | None:
             """The shape's index, once it keeps rule (1): within a step, one pair per resource,
@@ -142,6 +145,7 @@ class PlayPlan:
             if not _fits_in_a_step(net, shape, flow, res, weights):
                 return None
             pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
+            pair_loads.append(shape.rate[flow] * (1.0 if weights is None else weights))
             shapes.append(shape)
             return len(shapes) - 1
 
@@ -180,7 +184,7 @@ class PlayPlan:
                         return None
                     by_arrays[key] = index
                 step_shape.append(index)
-        if not _share_a_participant(*_distinct_users(pair_users, n_part)):  # (2)
+        if not _never_bind(net.capacity, *_distinct_users(pair_users, pair_loads, n_part)):  # (2)
             return None
         return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
 
@@ -830,27 +834,35 @@ def _fits_in_a_step(net, shape: _Shape, flow: np.ndarray, res: np.ndarray,
     return bool((used[crossed] <= net.capacity[crossed]).all())
 
 
-def _distinct_users(pair_users: list[np.ndarray], n_part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _distinct_users(pair_users: list[np.ndarray], pair_loads: list[np.ndarray],
+                    n_part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The distinct (resource, src, dst) columns of the (3, k) arrays `pair_users`, sorted by
-    resource, then src, then dst (np.unique(..., axis=1)'s order), found as one int64 key per
-    column: np.unique over columns sorts them as records, some hundred times slower, which a
-    ring whose small buffer leaves segments empty (a step's transfers of its own) paid
-    thousands of steps over."""
+    resource, then src, then dst (np.unique(..., axis=1)'s order), and each one's load there
+    (the largest of its `pair_loads`), found as one int64 key per column: np.unique over
+    columns sorts them as records, some hundred times slower, which a ring whose small buffer
+    leaves segments empty (a step's transfers of its own) paid thousands of steps over."""
     if not pair_users:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     res, src, dst = np.concatenate(pair_users, axis=1)
+    loads = np.concatenate(pair_loads)
     if res.size and int(res.max()) >= np.iinfo(np.int64).max // (n_part * n_part):
-        found = np.unique(np.stack([res, src, dst]), axis=1)  # keys would overflow
-        return found[0], found[1], found[2]
-    key = np.unique((res * n_part + src) * n_part + dst)
+        found, which = np.unique(np.stack([res, src, dst]), axis=1, return_inverse=True)  # keys would overflow
+        load = np.zeros(found.shape[1])
+        np.maximum.at(load, which.ravel(), loads)
+        return found[0], found[1], found[2], load
+    key, which = np.unique((res * n_part + src) * n_part + dst, return_inverse=True)
+    load = np.zeros(key.size)
+    np.maximum.at(load, which.ravel(), loads)
     rest, dst = np.divmod(key, n_part)
     res, src = np.divmod(rest, n_part)
-    return res, src, dst
+    return res, src, dst, load
 
 
-def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Whether, on every resource, all the (src, dst) pairs that cross it have a participant
-    in common (`res` sorted, as np.unique leaves it)."""
+def _never_bind(capacity: np.ndarray, res: np.ndarray, src: np.ndarray, dst: np.ndarray, load: np.ndarray) -> bool:
+    """Rule (2) of the module's docstring: whether, on every resource, all the (src, dst)
+    pairs that cross it have a participant in common, or their loads there (each its rate
+    alone times its weight) add up to no more than its capacity (`res` sorted, as np.unique
+    leaves it)."""
     if res.size == 0:
         return True
     first = np.ones(res.size, dtype=bool)
@@ -858,7 +870,8 @@ def _share_a_participant(res: np.ndarray, src: np.ndarray, dst: np.ndarray) -> b
     group = np.cumsum(first) - 1
     ok_src = _groups_all(group, (src == src[first][group]) | (dst == src[first][group]))
     ok_dst = _groups_all(group, (src == dst[first][group]) | (dst == dst[first][group]))
-    return bool((ok_src | ok_dst).all())
+    fits = np.bincount(group, weights=load) <= capacity[res[first]]
+    return bool((ok_src | ok_dst | fits).all())
 
 
 def _groups_all(group: np.ndarray, flags: np.ndarray) -> np.ndarray:
