@@ -160,6 +160,11 @@ def test_routes_from_copies_of_a_machine_through_the_one_switch_are_each_sources
         return left
 
     monkeypatch.setattr(graph_module.Topology, "_copied_through_the_hub", counted)
+    # (routes of four links, out through a NIC and in through another, are found before a
+    # search without this: test_a_route_of_up_to_four_links_found_without_a_search_is_the_whole_searchs)
+    monkeypatch.setattr(graph_module._Edges, "unique_shortest",
+                        lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
+                                             np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
     topo = topology_from_dict({"name": "t", **spec}, "test")
     assert len(topo._hub_routing.hubs) == 1
     ranks = topo.ranks
@@ -176,3 +181,46 @@ def test_routes_from_copies_of_a_machine_through_the_one_switch_are_each_sources
         links = [reference.link_index(u, v) for u, v in zip(nodes, nodes[1:])]
         expected.append((links, float(reference.latency_s[links].sum())))
     assert found == expected
+
+
+def test_a_route_of_up_to_four_links_found_without_a_search_is_the_whole_searchs(monkeypatch):
+    """_Edges.unique_shortest answers a pair only where its route of at most four links is
+    the only shortest one; small integer weights on random graphs make many routes equally
+    short, and some vertices hubs. Every route it gives is the one the whole search takes."""
+    answered = 0
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        n = 30
+        rows, cols = rng.integers(0, n, 80), rng.integers(0, n, 80)
+        keep = rows != cols
+        key = np.unique(rows[keep] * n + cols[keep])
+        rows, cols = key // n, key % n
+        weights = rng.integers(1, 5, rows.size).astype(float)
+        edges = graph_module._Edges.build(n, rows, cols, weights, np.arange(rows.size))
+        monkeypatch.setattr(graph_module, "HUB_DEGREE", int(rng.integers(3, 8)))
+        s, t = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
+        s, t = s[s != t], t[s != t]
+        count, links = edges.unique_shortest(s, t)
+        g = Digraph(n, rows, cols, weights)
+        for k in np.flatnonzero(count > 0).tolist():
+            _, pred, _ = dijkstra(g, [int(s[k])], high_first=True)
+            path = path_to(pred, int(s[k]), int(t[k]))
+            expected = [int(np.flatnonzero((rows == u) & (cols == v))[0]) for u, v in zip(path, path[1:])]
+            assert links[k, :count[k]].tolist() == expected and (links[k, count[k]:] == -1).all(), (seed, k)
+            answered += 1
+    assert answered > 100
+
+
+def test_routes_between_machines_of_a_rail_leaf_are_found_without_a_search():
+    """GPU j of a machine to GPU j of another on the same leaf: out through NIC j, the leaf of
+    rail j, in through the other's NIC j, the only shortest route of four links."""
+    spec = {"generator": "multi_node", "params": {"nodes": 8, "gpus_per_node": 4, "fabric": "rail",
+                                                  "machines_per_leaf": 4, "machines_per_pod": 8}}
+    topo = topology_from_dict({"name": "t", **spec}, "test")
+    position = topo.node_index
+    src = np.array([position[f"n{m}.gpu{j}"] for m in range(3) for j in range(4)])
+    dst = np.array([position[f"n{m + 1}.gpu{j}"] for m in range(3) for j in range(4)])
+    count, links = topo.short_route_links(src, dst)
+    assert (count == 4).all()
+    assert [topo.link_names[i] for i in links[0]] == ["n0.gpu0->n0.nic0", "n0.nic0->leaf0.rail0",
+                                                      "leaf0.rail0->n1.nic0", "n1.nic0->n1.gpu0"]

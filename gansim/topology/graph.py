@@ -23,6 +23,9 @@ US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
 # routing treats a node linked to more nodes than this as a hub (see Topology.routes)
 HUB_DEGREE = 64
+# routes of up to this many links that are the only shortest are found without a search
+# (Topology._short_routes)
+_SHORT_ROUTE_LINKS = 4
 
 
 @dataclass(frozen=True)
@@ -518,18 +521,21 @@ class Topology:
             link = int(links[k, 0])
             found[k] = Route(np.array([link], dtype=np.int64), float(self.latency_s[link]),
                              float(self.capacity_Bps[link]))
-        two = np.flatnonzero(count == 2)
-        both = links[two]
-        latency = self.latency_s[both[:, 0]] + self.latency_s[both[:, 1]]
-        bottleneck = np.minimum(self.capacity_Bps[both[:, 0]], self.capacity_Bps[both[:, 1]])
-        for k, pair, lat, cap in zip(two.tolist(), both, latency.tolist(), bottleneck.tolist()):
-            found[k] = Route(pair, lat, cap)
+        for length in range(2, _SHORT_ROUTE_LINKS + 1):
+            these = np.flatnonzero(count == length)
+            chosen = links[these, :length]
+            latency = self.latency_s[chosen[:, 0]]
+            for column in range(1, length):  # summed link by link, as the route's own sum
+                latency = latency + self.latency_s[chosen[:, column]]
+            bottleneck = self.capacity_Bps[chosen].min(axis=1)
+            for k, route_links, lat, cap in zip(these.tolist(), chosen, latency.tolist(), bottleneck.tolist()):
+                found[k] = Route(route_links, lat, cap)
         return found
 
     def short_route_links(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The links of route(src[i], dst[i]) (node indices) where it is one or two links
-        found without a search (_short_routes), all at once: (per pair its count of links,
-        0 where it must be searched; the links, two columns, -1 past the count)."""
+        """The links of route(src[i], dst[i]) (node indices) where it is found without a
+        search (_short_routes), all at once: (per pair its count of links, 0 where it must be
+        searched; the links, _SHORT_ROUTE_LINKS columns, -1 past the count)."""
         vertex = self._vertex_table
         return self._short_route_links(vertex[np.asarray(src, dtype=np.int64), 0],
                                        vertex[np.asarray(dst, dtype=np.int64), 1])
@@ -545,7 +551,7 @@ class Topology:
         """_short_routes' routes as (count of links, links) arrays (see short_route_links)."""
         e = self._edges
         count_of = np.zeros(starts.size, dtype=np.int64)
-        links_of = np.full((starts.size, 2), -1, dtype=np.int64)
+        links_of = np.full((starts.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
         # pairs whose ends are hubs are left to the search (their lists are long)
         pairs = np.flatnonzero((e.out_degree[starts] <= HUB_DEGREE) & (e.in_degree[targets] <= HUB_DEGREE))
         if pairs.size == 0:
@@ -581,6 +587,9 @@ class Topology:
         count_of[pairs[two]] = 2
         links_of[pairs[two], 0] = e.links[via_first[two]]
         links_of[pairs[two], 1] = e.links[via_second[two]]
+        left = np.flatnonzero(count_of == 0)
+        if left.size:
+            count_of[left], links_of[left] = e.unique_shortest(starts[left], targets[left])
         return count_of, links_of
 
     def _search_routes(self, missing: list[tuple[str, str]]) -> None:
@@ -821,6 +830,94 @@ class _Edges:
         at = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
         return np.where(keys[at] == wanted, at, -1)
 
+    def unique_shortest(self, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each (s, t) vertex pair, the route of at most _SHORT_ROUTE_LINKS links that is
+        the only shortest one, so that every search finds it whatever its order of ties: every
+        walk of up to that many links is a walk of at most two links out of s met by one of
+        at most two links into t (each length split one way: 1 = 1 + 0, 2 = 1 + 1, 3 = 2 + 1,
+        4 = 2 + 2), and every longer route weighs at least the lightest such walk of two links
+        out of s to a vertex with edges out, the lightest edge of all, and the lightest walk of
+        two links into t from a vertex with edges in. A route
+        from a GPU to a GPU of another machine out through its NIC and in through the
+        other's (four links) is such, on a leaf of a rail fabric or a network switch. Pairs
+        whose walks would go on from a hub (its edges are too many) are left to the search.
+        Returns (per pair its count of links, 0: none found; the links, -1 past the count)."""
+        count_of = np.zeros(s.size, dtype=np.int64)
+        links_of = np.full((s.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
+        hub = (self.out_degree > HUB_DEGREE) | (self.in_degree > HUB_DEGREE)
+        ok = ~(hub[s] | hub[t])
+        pairs = np.flatnonzero(ok)
+        s, t = s[pairs], t[pairs]
+        n = self.n
+        w = self.weights
+        # walks of one and two edges out of s, as (pair, end, weight, edges)
+        out1, of1 = self.expand(self.out_start, s)
+        # walks of one and two edges into t, as (pair, start, weight, edges)
+        in1, into1 = self.expand(self.in_start, t)
+        in1 = self.in_order[in1]
+        beyond = np.zeros(pairs.size, dtype=bool)  # a walk would go on from a hub
+        beyond[of1[hub[self.cols[out1]]]] = True
+        beyond[into1[hub[self.rows[in1]]]] = True
+        on = ~beyond[of1]
+        out2, at = self.expand(self.out_start, self.cols[out1[on]])
+        first2, of2 = out1[on][at], of1[on][at]
+        on = ~beyond[into1]
+        in2, at = self.expand(self.in_start, self.rows[in1[on]])
+        in2 = self.in_order[in2]
+        last2, into2 = in1[on][at], into1[on][at]
+        forward = {1: (of1, self.cols[out1], w[out1], [out1]),
+                   2: (of2, self.cols[out2], w[first2] + w[out2], [first2, out2])}
+        backward = {0: (np.arange(pairs.size), t, np.zeros(pairs.size), []),
+                    1: (into1, self.rows[in1], w[in1], [in1]),
+                    2: (into2, self.rows[in2], w[in2] + w[last2], [in2, last2])}
+        best = np.full(pairs.size, np.inf)
+        count = np.zeros(pairs.size, dtype=np.int64)
+        chosen = np.full((pairs.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
+        length_of = np.zeros(pairs.size, dtype=np.int64)
+        for length, (a, b) in ((1, (1, 0)), (2, (1, 1)), (3, (2, 1)), (4, (2, 2))):
+            f_pair, f_end, f_weight, f_edges = forward[a]
+            b_pair, b_start, b_weight, b_edges = backward[b]
+            f_key, f_best, f_count, f_rep = _best_by_key(f_pair * n + f_end, f_weight)
+            b_key, b_best, b_count, b_rep = _best_by_key(b_pair * n + b_start, b_weight)
+            _, i, j = np.intersect1d(f_key, b_key, assume_unique=True, return_indices=True)
+            pair = f_key[i] // n
+            total = f_best[i] + b_best[j]
+            ways = f_count[i] * b_count[j]
+            shortest = np.full(pairs.size, np.inf)
+            np.minimum.at(shortest, pair, total)
+            at_best = total == shortest[pair]
+            found = np.bincount(pair[at_best], weights=ways[at_best], minlength=pairs.size).astype(np.int64)
+            better = shortest < best
+            tie = (shortest == best) & np.isfinite(best)
+            count = np.where(better, found, np.where(tie, count + found, count))
+            best = np.minimum(best, shortest)
+            # the one walk of this length at its best, where there is one
+            single = at_best & (ways == 1)
+            rows = pair[single]
+            take = better[rows]
+            rows, fi, bj = rows[take], f_rep[i[single][take]], b_rep[j[single][take]]
+            chosen[rows] = -1
+            for column, edges in enumerate(f_edges):
+                chosen[rows, column] = edges[fi]
+            for column, edges in enumerate(b_edges):
+                chosen[rows, len(f_edges) + column] = edges[bj]
+            length_of[rows] = length
+        # a longer route: two edges out of s to a vertex it goes on from, one edge or more,
+        # then two edges into t from a vertex it came to
+        f_pair, f_end, f_weight, _ = forward[2]
+        b_pair, b_start, b_weight, _ = backward[2]
+        out_two, into_two = np.full(pairs.size, np.inf), np.full(pairs.size, np.inf)
+        going = self.out_degree[f_end] > 0
+        np.minimum.at(out_two, f_pair[going], f_weight[going])
+        coming = self.in_degree[b_start] > 0
+        np.minimum.at(into_two, b_pair[coming], b_weight[coming])
+        longer = out_two + self.shortest + into_two
+        unique = (count == 1) & (best * (1.0 + 1e-12) < longer) & (length_of > 0) & ~beyond
+        found_pairs = pairs[unique]
+        count_of[found_pairs] = length_of[unique]
+        links_of[found_pairs] = np.where(chosen[unique] >= 0, self.links[np.maximum(chosen[unique], 0)], -1)
+        return count_of, links_of
+
     @staticmethod
     def expand(start: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every position from start[v] to start[v + 1] for each of `vertices`, and which of
@@ -1026,3 +1123,13 @@ def bisection(topo: Topology) -> dict[str, Any]:
     value = nx.maximum_flow_value(flow, "__left__", "__right__")
     label = [f"{ranks[0]}..{ranks[half - 1]}", f"{ranks[half]}..{ranks[-1]}"]
     return {"halves": label, "bandwidth_GBps": float(value)}
+
+
+def _best_by_key(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct key (sorted): the least weight, how many entries have it, and one of them."""
+    order = np.lexsort((weights, keys))
+    keys, weights = keys[order], weights[order]
+    distinct, first, group = np.unique(keys, return_index=True, return_inverse=True)
+    best = weights[first]
+    count = np.bincount(group.ravel(), weights=weights == best[group.ravel()], minlength=distinct.size)
+    return distinct, best, count.astype(np.int64), order[first]
