@@ -63,6 +63,15 @@ def test_unknown_scenario_field(capsys, write_yaml):
     assert "s.yaml" in line and "gpu_count" in line and "unknown field" in line
 
 
+def test_a_misspelt_field_of_an_inline_workload_is_named_rather_than_the_one_it_stands_for(capsys, write_yaml):
+    """`allreduce_MiB` for `allreduce_bytes`: the workload is then neither form, and pydantic
+    also reports a GAN workload's missing `networks`; the line names what the user wrote."""
+    topo = write_yaml("box.yaml", BOX)
+    path = write_yaml("s.yaml", scenario(str(topo), workload={"allreduce_MiB": 256}))
+    line = run_bad(capsys, ["simulate", str(path)])
+    assert "s.yaml" in line and "workload.allreduce_MiB" in line and "unknown field" in line
+
+
 def test_unknown_topology_field(capsys, write_yaml):
     bad = dict(BOX, links=BOX["links"] + [{"a": "gpu0", "b": "gpu1", "kind": "pcie", "bandwidth_GBps": 1,
                                             "latency_us": 1, "speed": 3}])

@@ -742,8 +742,11 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 
 
 def validation_error(err: ValidationError, source: str) -> UserInputError:
-    """Turn pydantic's report into our one line: the first problem, its field, the rule."""
-    first = err.errors()[0]
+    """Turn pydantic's report into our one line: the first problem, its field, the rule. An
+    unknown field comes first: a misspelt name is both unknown and a missing field, and the
+    name the user wrote is the one to show."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown field"
