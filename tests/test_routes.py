@@ -120,17 +120,23 @@ def test_of_equally_short_routes_the_one_scipys_search_took_is_taken():
     assert hops("n0.gpu0", "n0.host") == ["n0.gpu0->n0.nic0", "n0.nic0->n0.host"]
 
 
+def random_edges(rng: np.random.Generator, n: int, tries: int, heaviest: int) -> tuple[np.ndarray, ...]:
+    """Directed edges among n vertices (each drawn pair once, no loops), sorted, with integer
+    weights from 1 to heaviest - 1: small, so that many routes are equally short."""
+    rows, cols = rng.integers(0, n, tries), rng.integers(0, n, tries)
+    keep = rows != cols
+    key = np.unique(rows[keep] * n + cols[keep])
+    rows, cols = key // n, key % n
+    return rows, cols, rng.integers(1, heaviest, rows.size).astype(float)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_routes_around_any_hubs_of_a_random_graph_are_the_whole_search_s(seed):
     """Small integer weights make many routes equally short: of each, the walk around the
     hubs takes the one the whole search's rule takes, whichever vertices are hubs."""
     rng = np.random.default_rng(seed)
     n = 24
-    rows, cols = rng.integers(0, n, 90), rng.integers(0, n, 90)
-    keep = rows != cols
-    key = np.unique(rows[keep] * n + cols[keep])
-    rows, cols = key // n, key % n
-    weights = rng.integers(1, 4, rows.size).astype(float)
+    rows, cols, weights = random_edges(rng, n, 90, 4)
     g = Digraph(n, rows, cols, weights)
     hubs = sorted(rng.choice(n, size=int(rng.integers(0, 7)), replace=False).tolist())
     hub = graph_module._HubRouting.build(g, hubs)
@@ -191,11 +197,7 @@ def test_a_route_of_up_to_four_links_found_without_a_search_is_the_whole_searchs
     for seed in range(30):
         rng = np.random.default_rng(seed)
         n = 30
-        rows, cols = rng.integers(0, n, 80), rng.integers(0, n, 80)
-        keep = rows != cols
-        key = np.unique(rows[keep] * n + cols[keep])
-        rows, cols = key // n, key % n
-        weights = rng.integers(1, 5, rows.size).astype(float)
+        rows, cols, weights = random_edges(rng, n, 80, 5)
         edges = graph_module._Edges.build(n, rows, cols, weights, np.arange(rows.size))
         monkeypatch.setattr(graph_module, "HUB_DEGREE", int(rng.integers(3, 8)))
         s, t = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))

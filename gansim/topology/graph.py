@@ -845,7 +845,7 @@ class _Edges:
         count_of = np.zeros(s.size, dtype=np.int64)
         links_of = np.full((s.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
         hub = (self.out_degree > HUB_DEGREE) | (self.in_degree > HUB_DEGREE)
-        ok = ~(hub[s] | hub[t])
+        ok = ~(hub[s] | hub[t]) & (s != t)
         pairs = np.flatnonzero(ok)
         s, t = s[pairs], t[pairs]
         n = self.n
