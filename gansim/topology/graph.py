@@ -837,10 +837,10 @@ class _Edges:
         at most two links into t (each length split one way: 1 = 1 + 0, 2 = 1 + 1, 3 = 2 + 1,
         4 = 2 + 2), and every longer route weighs at least the lightest such walk of two links
         out of s to a vertex with edges out, the lightest edge of all, and the lightest walk of
-        two links into t from a vertex with edges in. A route
-        from a GPU to a GPU of another machine out through its NIC and in through the
-        other's (four links) is such, on a leaf of a rail fabric or a network switch. Pairs
-        whose walks would go on from a hub (its edges are too many) are left to the search.
+        two links into t from a vertex with edges in. A route from a GPU to a GPU of another
+        machine, out through its NIC and in through the other's (four links), is such, on a
+        leaf of a rail fabric or a network switch. Pairs whose walks would go on from a hub
+        (its edges are too many) are left to the search.
         Returns (per pair its count of links, 0: none found; the links, -1 past the count)."""
         count_of = np.zeros(s.size, dtype=np.int64)
         links_of = np.full((s.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
