@@ -142,10 +142,11 @@ class PlayPlan:
             """The shape's index, once it keeps rule (1): within a step, one pair per resource,
             or pairs that all fit on it at once; None where it does not."""
             flow, res, weights = net.binding_pairs(shape.route)
-            if not _fits_in_a_step(net, shape, flow, res, weights):
+            load = shape.rate[flow] * (1.0 if weights is None else weights)
+            if not _fits_in_a_step(net, res, load):
                 return None
             pair_users.append(np.stack([res, shape.src[flow], shape.dst[flow]]))
-            pair_loads.append(shape.rate[flow] * (1.0 if weights is None else weights))
+            pair_loads.append(load)
             shapes.append(shape)
             return len(shapes) - 1
 
@@ -819,17 +820,16 @@ def shortest_period(*arrays: np.ndarray, longest: int = _RATE_PERIOD_MAX) -> int
     return None
 
 
-def _fits_in_a_step(net, shape: _Shape, flow: np.ndarray, res: np.ndarray,
-                    weights: np.ndarray | None) -> bool:
-    """Rule (1) of the module's docstring, for one step's slots (rows `flow`, `res` of their
-    binding resources, and their weights): every resource is crossed by one slot, or by slots
-    whose rates alone (each its route's slowest capacity) add up to no more than its
-    capacity, so that it never binds: a CPU rank's core, which moves its send and its receive
-    at once at its loopback's rate each (gansim/network/cluster.py), is such a resource."""
+def _fits_in_a_step(net, res: np.ndarray, load: np.ndarray) -> bool:
+    """Rule (1) of the module's docstring, for one step's slots (`res`: the binding resource
+    of each of their rows, `load`: the slot's rate alone there times its weight on it): every
+    resource is crossed by one slot, or by slots whose rates alone (each its route's slowest
+    capacity) add up to no more than its capacity, so that it never binds: a CPU rank's core,
+    which moves its send and its receive at once at its loopback's rate each
+    (gansim/network/cluster.py), is such a resource."""
     crossed = np.unique(res)
     if crossed.size == res.size:
         return True
-    load = shape.rate[flow] * (1.0 if weights is None else weights)
     used = np.bincount(res, weights=load, minlength=net.capacity.size)
     return bool((used[crossed] <= net.capacity[crossed]).all())
 
