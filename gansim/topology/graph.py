@@ -549,48 +549,7 @@ class Topology:
 
     def _short_route_links(self, starts: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """_short_routes' routes as (count of links, links) arrays (see short_route_links)."""
-        e = self._edges
-        count_of = np.zeros(starts.size, dtype=np.int64)
-        links_of = np.full((starts.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
-        # pairs whose ends are hubs are left to the search (their lists are long)
-        pairs = np.flatnonzero((e.out_degree[starts] <= HUB_DEGREE) & (e.in_degree[targets] <= HUB_DEGREE))
-        if pairs.size == 0:
-            return count_of, links_of
-        s, t = starts[pairs], targets[pairs]
-        n = e.n
-        direct = e.find(s, t)
-        direct_weight = np.where(direct >= 0, e.weights[np.maximum(direct, 0)], np.inf)
-        # every route of two links: an edge out of s and one into t meeting at the same vertex
-        first, of_first = e.expand(e.out_start, s)  # edge ids (sorted by row), pair of each
-        second, of_second = e.expand(e.in_start, t)  # positions in the by-column order, pair of each
-        second = e.in_order[second]
-        meet, i, j = np.intersect1d(of_first * n + e.cols[first], of_second * n + e.rows[second],
-                                    assume_unique=True, return_indices=True)
-        pair_of = of_first[i]
-        length = e.weights[first[i]] + e.weights[second[j]]
-        best2 = np.full(pairs.size, np.inf)
-        np.minimum.at(best2, pair_of, length)
-        at_best = length == best2[pair_of]
-        count2 = np.bincount(pair_of[at_best], minlength=pairs.size)
-        via_first = np.full(pairs.size, -1, dtype=np.int64)
-        via_second = np.full(pairs.size, -1, dtype=np.int64)
-        via_first[pair_of[at_best]] = first[i][at_best]
-        via_second[pair_of[at_best]] = second[j][at_best]
-        best = np.minimum(direct_weight, best2)
-        count = (direct_weight == best).astype(np.int64) + np.where(best2 == best, count2, 0)
-        longer = e.min_out[s] + e.shortest + e.min_in[t]
-        ok = (count == 1) & (best * (1.0 + 1e-12) < longer)  # a margin against rounding in the sums
-        one = np.flatnonzero(ok & (direct_weight == best))
-        count_of[pairs[one]] = 1
-        links_of[pairs[one], 0] = e.links[direct[one]]
-        two = np.flatnonzero(ok & (direct_weight != best))
-        count_of[pairs[two]] = 2
-        links_of[pairs[two], 0] = e.links[via_first[two]]
-        links_of[pairs[two], 1] = e.links[via_second[two]]
-        left = np.flatnonzero(count_of == 0)
-        if left.size:
-            count_of[left], links_of[left] = e.unique_shortest(starts[left], targets[left])
-        return count_of, links_of
+        return self._edges.unique_shortest(starts, targets)
 
     def _search_routes(self, missing: list[tuple[str, str]]) -> None:
         """The routes Dijkstra's search from each source finds when it takes vertices of
@@ -839,13 +798,16 @@ class _Edges:
         out of s to a vertex with edges out, the lightest edge of all, and the lightest walk of
         two links into t from a vertex with edges in. A route from a GPU to a GPU of another
         machine, out through its NIC and in through the other's (four links), is such, on a
-        leaf of a rail fabric or a network switch. Pairs whose walks would go on from a hub
-        (its edges are too many) are left to the search.
-        Returns (per pair its count of links, 0: none found; the links, -1 past the count)."""
+        leaf of a rail fabric or a network switch. Where a walk would go on from a hub (its
+        edges are too many), only routes of one or two links are looked at, every longer one
+        weighing at least the lightest edge out of s, the lightest of all and the lightest into
+        t (a NIC to a NIC through the network switch); pairs whose ends are hubs are left to
+        the search. Returns (per pair its count of links, 0: none found; the links, -1 past
+        the count)."""
         count_of = np.zeros(s.size, dtype=np.int64)
         links_of = np.full((s.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
         hub = (self.out_degree > HUB_DEGREE) | (self.in_degree > HUB_DEGREE)
-        ok = ~(hub[s] | hub[t]) & (s != t)
+        ok = (self.out_degree[s] <= HUB_DEGREE) & (self.in_degree[t] <= HUB_DEGREE) & (s != t)
         pairs = np.flatnonzero(ok)
         s, t = s[pairs], t[pairs]
         n = self.n
@@ -858,25 +820,18 @@ class _Edges:
         beyond = np.zeros(pairs.size, dtype=bool)  # a walk would go on from a hub
         beyond[of1[hub[self.cols[out1]]]] = True
         beyond[into1[hub[self.rows[in1]]]] = True
-        on = ~beyond[of1]
-        out2, at = self.expand(self.out_start, self.cols[out1[on]])
-        first2, of2 = out1[on][at], of1[on][at]
-        on = ~beyond[into1]
-        in2, at = self.expand(self.in_start, self.rows[in1[on]])
-        in2 = self.in_order[in2]
-        last2, into2 = in1[on][at], into1[on][at]
-        forward = {1: (of1, self.cols[out1], w[out1], [out1]),
-                   2: (of2, self.cols[out2], w[first2] + w[out2], [first2, out2])}
-        backward = {0: (np.arange(pairs.size), t, np.zeros(pairs.size), []),
-                    1: (into1, self.rows[in1], w[in1], [in1]),
-                    2: (into2, self.rows[in2], w[in2] + w[last2], [in2, last2])}
         best = np.full(pairs.size, np.inf)
         count = np.zeros(pairs.size, dtype=np.int64)
         chosen = np.full((pairs.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
         length_of = np.zeros(pairs.size, dtype=np.int64)
-        for length, (a, b) in ((1, (1, 0)), (2, (1, 1)), (3, (2, 1)), (4, (2, 2))):
-            f_pair, f_end, f_weight, f_edges = forward[a]
-            b_pair, b_start, b_weight, b_edges = backward[b]
+
+        def meet(length: int, forward: tuple, backward: tuple) -> None:
+            """Walks out of s (pair, end, weight, edges) met by walks into t (pair, start,
+            weight, edges): routes of `length` links, into the best, their count, and the one
+            where there is one."""
+            nonlocal best, count
+            f_pair, f_end, f_weight, f_edges = forward
+            b_pair, b_start, b_weight, b_edges = backward
             f_key, f_best, f_count, f_rep = _best_by_key(f_pair * n + f_end, f_weight)
             b_key, b_best, b_count, b_rep = _best_by_key(b_pair * n + b_start, b_weight)
             _, i, j = np.intersect1d(f_key, b_key, assume_unique=True, return_indices=True)
@@ -891,7 +846,6 @@ class _Edges:
             tie = (shortest == best) & np.isfinite(best)
             count = np.where(better, found, np.where(tie, count + found, count))
             best = np.minimum(best, shortest)
-            # the one walk of this length at its best, where there is one
             single = at_best & (ways == 1)
             rows = pair[single]
             take = better[rows]
@@ -902,17 +856,36 @@ class _Edges:
             for column, edges in enumerate(b_edges):
                 chosen[rows, len(f_edges) + column] = edges[bj]
             length_of[rows] = length
-        # a longer route: two edges out of s to a vertex it goes on from, one edge or more,
-        # then two edges into t from a vertex it came to
-        f_pair, f_end, f_weight, _ = forward[2]
-        b_pair, b_start, b_weight, _ = backward[2]
+
+        one_out = (of1, self.cols[out1], w[out1], [out1])
+        one_in = (into1, self.rows[in1], w[in1], [in1])
+        meet(1, one_out, (np.arange(pairs.size), t, np.zeros(pairs.size), []))
+        meet(2, one_out, one_in)
+        # any route of three links or more weighs at least this: where a route of one or two
+        # links is below it (most routes inside a machine, a NIC to a NIC through a switch),
+        # or walks would go on from a hub, no longer walks are looked at
+        longer = self.min_out[s] + self.shortest + self.min_in[t]
+        settled = beyond | ((count == 1) & (best * (1.0 + 1e-12) < longer))
+        on = ~settled[of1]
+        out2, at = self.expand(self.out_start, self.cols[out1[on]])
+        first2, of2 = out1[on][at], of1[on][at]
+        on = ~settled[into1]
+        in2, at = self.expand(self.in_start, self.rows[in1[on]])
+        in2 = self.in_order[in2]
+        last2, into2 = in1[on][at], into1[on][at]
+        two_out = (of2, self.cols[out2], w[first2] + w[out2], [first2, out2])
+        two_in = (into2, self.rows[in2], w[in2] + w[last2], [in2, last2])
+        meet(3, two_out, one_in)
+        meet(4, two_out, two_in)
+        # a longer route still: two edges out of s to a vertex it goes on from, one edge or
+        # more, then two edges into t from a vertex it came to
         out_two, into_two = np.full(pairs.size, np.inf), np.full(pairs.size, np.inf)
-        going = self.out_degree[f_end] > 0
-        np.minimum.at(out_two, f_pair[going], f_weight[going])
-        coming = self.in_degree[b_start] > 0
-        np.minimum.at(into_two, b_pair[coming], b_weight[coming])
-        longer = out_two + self.shortest + into_two
-        unique = (count == 1) & (best * (1.0 + 1e-12) < longer) & (length_of > 0) & ~beyond
+        going = self.out_degree[self.cols[out2]] > 0
+        np.minimum.at(out_two, of2[going], two_out[2][going])
+        coming = self.in_degree[self.rows[in2]] > 0
+        np.minimum.at(into_two, into2[coming], two_in[2][coming])
+        longer = np.where(settled, longer, out_two + self.shortest + into_two)
+        unique = (count == 1) & (best * (1.0 + 1e-12) < longer) & (length_of > 0)  # (a margin against rounding)
         found_pairs = pairs[unique]
         count_of[found_pairs] = length_of[unique]
         links_of[found_pairs] = np.where(chosen[unique] >= 0, self.links[np.maximum(chosen[unique], 0)], -1)
