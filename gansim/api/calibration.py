@@ -192,14 +192,15 @@ def _check_script(request: CalibrateRequest) -> tuple[str, tuple[str, ...], str 
     if not path.endswith(".py") and not os.path.isfile(path) and _MODULE_NAME.fullmatch(path):
         return _module_file(path), script_args, path
     if not os.path.isfile(path):
-        raise UserInputError("file does not exist; allowed: a Python training script (train.py) or a module python -m "
-                             "can run (package.train)", source=path, field="--script")
+        raise UserInputError(f"file does not exist; allowed: {_SCRIPTS}", source=path, field="--script")
     if not path.endswith(".py"):
         raise UserInputError("not a .py file; allowed: a Python training script", source=path,
                              field="--script")
     return os.path.abspath(path), script_args, None
 
 
+# what --script takes, in its errors
+_SCRIPTS = "a Python training script (train.py) or a module python -m can run (package.train)"
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -215,16 +216,14 @@ def _module_file(name: str) -> str:
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError) as exc:
-        raise UserInputError(f"module {name!r} cannot be found ({type(exc).__name__}: {exc}); allowed: a Python "
-                             "training script (train.py) or a module python -m can run", source=name,
-                             field="--script") from None
+        raise UserInputError(f"module {name!r} cannot be found ({type(exc).__name__}: {exc}); allowed: {_SCRIPTS}",
+                             source=name, field="--script") from None
     finally:
         if added:
             sys.path.remove(here)
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        raise UserInputError(f"no file or module {name!r} here; allowed: a Python training script (train.py) or "
-                             "a module python -m can run (package.train), from the directory holding its package",
-                             source=name, field="--script")
+        raise UserInputError(f"no file or module {name!r} here; allowed: {_SCRIPTS}, from the directory holding its "
+                             "package", source=name, field="--script")
     if spec.submodule_search_locations is not None:  # a package: python -m runs its __main__
         main = importlib.util.find_spec(f"{name}.__main__")
         if main is None or main.origin is None:
