@@ -235,6 +235,35 @@ def test_channel_flows_are_every_hop_of_every_channel_summed(generator, params, 
         64 * MiB * (bus_factor("all_reduce", gpus) if algo == "ring" else 1.0))
 
 
+@pytest.mark.parametrize("p2p", [True, False])
+def test_prefetched_hops_leave_nothing_to_search(monkeypatch, p2p):
+    """prefetch finds, in one batch, every route the hops then ask for one by one: each hop's
+    own, its sender's routes to the ranks of its machine and, for a hop staged in the
+    receiver's host memory (no peer-to-peer), the routes through that host. The hops are
+    those worked out without it."""
+    from gansim.topology.graph import Topology
+
+    def build():
+        return NcclMachine.build(topo("multi_node", nodes=3, gpus_per_node=4, intra="pcie_tree",
+                                      intra_params={"gpus_per_switch": 2, "p2p": p2p}), 12)
+
+    hops = [(a, b, None) for a in range(12) for b in range(12) if a != b]
+    expected = {(a, b): build().cross_hop(a, b) for a, b, _ in hops}
+    machine = build()
+    machine.prefetch(hops)
+    asked: list = []
+    routes = Topology.routes
+
+    def searched(self, pairs):
+        asked.extend(p for p in pairs if p not in self._routes and p[0] != p[1])
+        return routes(self, pairs)
+
+    monkeypatch.setattr(Topology, "routes", searched)
+    assert {(a, b): machine.cross_hop(a, b) for a, b, _ in hops} == expected
+    assert asked == []
+    assert any(hop.transport == "shm" for hop in expected.values())  # (through the host bridge, or no P2P at all)
+
+
 def test_with_fewer_nics_than_gpus_the_tree_beats_the_ring_bound():
     """Two machines of 8 NVLink A100s with four 100 Gb/s NICs each. search.cc holds a tree's
     paths to a NIC to bwInter and its GPU-to-GPU paths to bwIntra, and pass 2 raises bwIntra

@@ -345,11 +345,9 @@ class NcclMachine:
                 topo.routes([(na, self.rank_nodes[r]) for r in self._machine_of_rank[a] if r != a])
             direct = topo.route(na, nb).links.tolist()
             ptype = self.path_type(direct)
-            p2p_level = self._p2p_level
-            capable = ptype == PATH_NVL or (topo.nodes[na].p2p and topo.nodes[nb].p2p)
             if ptype == PATH_NET:
                 found = Hop(tuple(direct), PATH_NET, "net")
-            elif capable and ptype <= p2p_level:
+            elif not self._staged(na, nb, ptype):
                 found = Hop(tuple(direct), ptype, "p2p")
             else:
                 host = topo.host_of.get(nb)
@@ -361,6 +359,12 @@ class NcclMachine:
                             "shm", memory=host)
         self._hops[key] = found
         return found
+
+    def _staged(self, na: str, nb: str, ptype: int) -> bool:
+        """Whether na's bytes to nb (on a path of type `ptype` that is not the network's) are
+        staged in nb's host memory (SHM): the two cannot use peer-to-peer over that path."""
+        capable = ptype == PATH_NVL or (self.topology.nodes[na].p2p and self.topology.nodes[nb].p2p)
+        return not (capable and ptype <= self._p2p_level)
 
     @cached_property
     def _p2p_level(self) -> int:
@@ -774,18 +778,33 @@ class NcclMachine:
     def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
         """Compute the routes of many hops (a, b, NICs) in one batch (Topology.routes) before
         `cross_hop` asks for them one by one."""
-        machine, names, pairs = self.topology.machine_of, self.rank_nodes, []
+        machine, names, pairs, inside = self.topology.machine_of, self.rank_nodes, [], []
         for a, b, nics in set(hops):
             na, nb = names[a], names[b]
             ma, mb = self._machine_index(a), self._machine_index(b)
             if machine[na] == machine[nb] or not self.nics[ma] or not self.nics[mb]:
                 pairs.append((na, nb))
+                if machine[na] == machine[nb]:
+                    inside.append((na, nb))
+                    if a not in self._routes_from:
+                        # what `hop` asks for, one rank at a time: every route out of a to its machine's ranks
+                        self._routes_from.add(a)
+                        pairs += [(na, names[r]) for r in self._machine_of_rank[a] if r != a]
                 continue
             if nics is None:
                 nics = ((self.nics_of(ma, a) or [0])[0], (self.nics_of(mb, b) or [0])[0])
             out, into = self.nics[ma][nics[0]], self.nics[mb][nics[1]]
             pairs += [(na, out), (out, into), (into, nb)]
-        self.topology.routes(pairs)
+        topo = self.topology
+        topo.routes(pairs)
+        # and, for the hops inside a machine staged in the receiver's host memory, the routes through it
+        staged = []
+        for na, nb in inside:
+            ptype = self.path_type(topo.route(na, nb).links.tolist())
+            host = topo.host_of.get(nb)
+            if ptype != PATH_NET and host is not None and self._staged(na, nb, ptype):
+                staged += [(na, host), (host, nb)]
+        topo.routes(staged)
 
     def cross_hop(self, a: int, b: int, nics: tuple[int, int] | None = None) -> Hop:
         """A hop between ranks; between machines, out through NIC nics[0] of a's machine and in
