@@ -194,3 +194,53 @@ def test_distinct_numbers_counted_are_those_np_unique_sorts(high):
         assert used.dtype == values.dtype
         assert np.array_equal(used, expected_used)
         assert np.array_equal(inverse, expected_inverse.ravel())
+
+
+def test_routes_added_in_a_block_are_the_routes_added_one_by_one():
+    """FlowNetwork.add_routes lays routes end to end; each is the route add_route makes of
+    the same resources, weights and latency, with the next ids."""
+    one, block = (FlowNetwork(simpy.Environment(), np.array([1.0, 2.0, np.inf, 4.0]), list("abcd")) for _ in range(2))
+    routes = [([0, 1], 1e-6, None), ([3], 0.0, None), ([2, 0, 3], 5e-6, [1.0, 2.0, 0.5])]
+    ids = [one.add_route(np.array(r), lat, None if w is None else np.array(w)) for r, lat, w in routes]
+    assert block.add_route(np.array([0, 1]), 1e-6) == 0
+    assert block.add_routes(np.array([1, 3]), np.array([3, 2, 0, 3]), np.array([0.0, 5e-6]),
+                            np.array([1.0, 1.0, 2.0, 0.5])).tolist() == [1, 2]
+    every = np.array(ids)
+    for net in (one, block):
+        net._weighted_routes = True
+    for got, want in zip(block.route_pairs(every), one.route_pairs(every)):
+        assert got.tolist() == want.tolist()
+    assert block.route_pair_weights(every).tolist() == one.route_pair_weights(every).tolist()
+    assert block.route_latency(every).tolist() == one.route_latency(every).tolist()
+    assert block.alone_rate(every).tolist() == one.alone_rate(every).tolist() == [1.0, 4.0, 0.5]
+    assert block.binding_pairs(every)[1].tolist() == one.binding_pairs(every)[1].tolist() == [0, 1, 3, 0, 3]
+
+
+@pytest.mark.parametrize("p2p", [True, False])
+def test_pair_routes_made_in_a_block_are_the_node_routes(p2p):
+    """Cluster.pair_routes makes the routes the topology finds without a search in one block:
+    the same links and latency as node_route's, one id per pair of nodes whichever way it
+    was made first; pairs staged in host memory (no peer-to-peer) go through node_route."""
+    from gansim.network.cluster import Cluster
+    from gansim.topology.graph import topology_from_dict
+
+    topo = topology_from_dict({"name": "t", "generator": "multi_node", "params": {
+        "nodes": 4, "gpus_per_node": 4, "intra": "pcie_tree", "intra_params": {"p2p": p2p}}}, "test")
+    blocked, single = (Cluster(topo, 16, simpy.Environment()) for _ in range(2))
+    participants = tuple(blocked.rank_nodes)
+    src, dst = np.divmod(np.arange(16 * 16), 16)
+    src, dst = src[src != dst], dst[src != dst]
+    first = blocked.node_route(participants[1], participants[2])
+    ids = blocked.pair_routes(participants, src, dst)
+    assert ids[(src == 1) & (dst == 2)][0] == first
+    # made one by one: the first, and with p2p: false every pair (each staged in its receiver's host)
+    assert len(blocked._node_routes) == (1 if p2p else src.size)
+    assert blocked.pair_routes(participants, src, dst).tolist() == ids.tolist()
+    for k, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+        made = single.node_route(participants[a], participants[b])
+        assert blocked.node_route(participants[a], participants[b]) == ids[k]
+        for got, want in zip(blocked.network.route_pairs(ids[k:k + 1]), single.network.route_pairs(np.array([made]))):
+            assert got.tolist() == want.tolist()
+        assert blocked.network.route_latency(ids[k:k + 1])[0] == single.network.route_latency(np.array([made]))[0]
+    assert all((blocked.staging_host(participants[a], participants[b]) is None) == p2p
+               for a, b in zip(src.tolist(), dst.tolist()))

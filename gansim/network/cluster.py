@@ -115,6 +115,15 @@ class Cluster:
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self.loader_pool = _shared_loader_pools(compute_routes, loader_routes, self.idle_pools)
         self._node_routes: dict[tuple[str, str], int] = {}
+        # node_route's routes made in blocks: sorted keys (src node index x nodes + dst) and ids
+        self._block_keys, self._block_ids = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._participant_index: dict[tuple[str, ...], np.ndarray] = {}
+        # per node index: whether a route from or to it is the topology's alone as far as the
+        # node goes (not a CPU rank, whose core moves its messages), a GPU, one that can do P2P
+        nodes = topology.nodes.values()
+        self._plain_node = np.array([n not in self._cpu_route_extra for n in topology.nodes], dtype=bool)
+        self._gpu_node = np.array([spec.kind == "gpu" for spec in nodes], dtype=bool)
+        self._p2p_node = np.array([spec.p2p for spec in nodes], dtype=bool)
         self._h2d_routes: np.ndarray | None = None
         # per participant tuple: sorted keys (src * participants + dst) and their route ids
         self._pair_routes: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
@@ -143,6 +152,12 @@ class Cluster:
     def node_route(self, src: str, dst: str) -> int:
         key = (src, dst)
         found = self._node_routes.get(key)
+        if found is None and self._block_keys.size:  # made in a block (_new_pair_routes)?
+            position = self.topology.node_index
+            made = int(self._node_pair_ids(np.array([position[src]]), np.array([position[dst]]))[0])
+            if made >= 0:
+                self._node_routes[key] = made
+                return made
         if found is None:
             staging = self.staging_host(src, dst)
             if staging is not None:
@@ -189,15 +204,73 @@ class Cluster:
         found = known_keys[where] == keys if known_keys.size else np.zeros(keys.size, dtype=bool)
         if not found.all():
             new = np.unique(keys[~found])  # each distinct pair once, however many transfers use it
-            pairs = [(participants[k // n], participants[k % n]) for k in new.tolist()]
-            self.topology.routes(pairs)  # in bulk
-            new_ids = np.array([self.node_route(a, b) for a, b in pairs], dtype=np.int64)
+            new_ids = self._new_pair_routes(participants, new // n, new % n)
             known_keys = np.concatenate([known_keys, new])
             order = np.argsort(known_keys, kind="stable")
             known_keys, known_ids = known_keys[order], np.concatenate([known_ids, new_ids])[order]
             self._pair_routes[participants] = (known_keys, known_ids)
             where = np.searchsorted(known_keys, keys)
         return known_ids[where]
+
+    def _new_pair_routes(self, participants: tuple[str, ...], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """node_route(participants[a[i]], participants[b[i]]) for each i. Where that is the
+        topology's route alone (no staging host, no CPU rank's core) and the topology finds
+        it without a search (Topology.short_route_links), the routes are made in one block;
+        the others one by one, after one search of the topology for all of them."""
+        topo = self.topology
+        nodes = self._participant_nodes(participants)
+        na, nb = nodes[a], nodes[b]
+        ids = np.full(a.size, -1, dtype=np.int64)
+        known = self._node_pair_ids(na, nb)
+        plain = (known < 0) & self._plain_node[na] & self._plain_node[nb] & ~(
+            self._gpu_node[na] & self._gpu_node[nb] & ~(self._p2p_node[na] & self._p2p_node[nb]))
+        ids[known >= 0] = known[known >= 0]
+        if plain.any():
+            count, links = topo.short_route_links(na[plain], nb[plain])
+            found = np.flatnonzero(plain)[count > 0]
+            count, links = count[count > 0], links[count > 0]
+            if found.size:
+                flat = links[np.arange(links.shape[1]) < count[:, None]]  # row by row, each route's links in order
+                latency = topo.latency_s[links[:, 0]]
+                for column in range(1, links.shape[1]):  # summed link by link, as a route's own sum
+                    more = count > column
+                    latency = np.where(more, latency + topo.latency_s[np.where(more, links[:, column], 0)], latency)
+                ids[found] = self.network.add_routes(count, flat, latency)
+                self._remember_node_pairs(na[found], nb[found], ids[found])
+        rest = np.flatnonzero(ids < 0)
+        if rest.size:
+            pairs = [(participants[i], participants[j]) for i, j in zip(a[rest].tolist(), b[rest].tolist())]
+            topo.routes(pairs)  # in bulk
+            ids[rest] = [self.node_route(x, y) for x, y in pairs]
+        return ids
+
+    def _participant_nodes(self, participants: tuple[str, ...]) -> np.ndarray:
+        found = self._participant_index.get(participants)
+        if found is None:
+            position = self.topology.node_index
+            found = self._participant_index[participants] = np.array([position[p] for p in participants],
+                                                                     dtype=np.int64)
+        return found
+
+    def _node_pair_ids(self, na: np.ndarray, nb: np.ndarray) -> np.ndarray:
+        """The route ids already made in a block between nodes na[i] and nb[i] (indices), or
+        by node_route; -1 for the others."""
+        ids = np.full(na.size, -1, dtype=np.int64)
+        keys = na * len(self.topology.nodes) + nb
+        if self._block_keys.size:
+            where = np.minimum(np.searchsorted(self._block_keys, keys), self._block_keys.size - 1)
+            hit = self._block_keys[where] == keys
+            ids[hit] = self._block_ids[where[hit]]
+        if self._node_routes:
+            names = list(self.topology.nodes)
+            for i in np.flatnonzero(ids < 0).tolist():
+                ids[i] = self._node_routes.get((names[na[i]], names[nb[i]]), -1)
+        return ids
+
+    def _remember_node_pairs(self, na: np.ndarray, nb: np.ndarray, ids: np.ndarray) -> None:
+        keys = np.concatenate([self._block_keys, na * len(self.topology.nodes) + nb])
+        order = np.argsort(keys, kind="stable")
+        self._block_keys, self._block_ids = keys[order], np.concatenate([self._block_ids, ids])[order]
 
     def h2d_route(self, rank: int) -> int:
         node = self.rank_nodes[rank]

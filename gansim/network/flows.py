@@ -110,16 +110,16 @@ class FlowNetwork:
         self.capacity = np.asarray(capacity, dtype=float)
         self.resource_names = resource_names
         self.on_complete: Callable[[np.ndarray, float], None] = lambda tags, now: None
-        # routes, as a growing CSR table
-        self._route_links: list[np.ndarray] = []
-        self._route_weights: list[np.ndarray | None] = []
-        self._route_latency: list[float] = []
+        # routes, as a growing CSR table: blocks of routes added since it was last made
+        # (per block: each route's count of resources, the resources, their weights, latencies)
+        self._new_routes: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._route_count = 0
         self._route_ptr = np.zeros(1, dtype=np.int64)
         self._route_flat = np.zeros(0, dtype=np.int64)
         self._route_wflat = np.zeros(0)
         self._weighted_routes = False
         self._route_lat = np.zeros(0)
-        self._csr_routes = 0
+        self._bind_ptr, self._bind_flat, self._bind_wflat = self._route_ptr, self._route_flat, None
         # active flows
         self._tags = np.zeros(0, dtype=np.int64)
         self._routes = np.zeros(0, dtype=np.int64)
@@ -143,21 +143,35 @@ class FlowNetwork:
             if weights.shape != links.shape or not bool((weights > 0).all()):
                 raise ValueError("route weights must be > 0, one per resource")
             self._weighted_routes = True
-        self._route_links.append(links)
-        self._route_weights.append(weights)
-        self._route_latency.append(float(latency_s))
-        return len(self._route_links) - 1
+        return int(self.add_routes(np.array([links.size]), links, np.array([float(latency_s)]), weights)[0])
+
+    def add_routes(self, lengths: np.ndarray, resources: np.ndarray, latency_s: np.ndarray,
+                   weights: np.ndarray | None = None) -> np.ndarray:
+        """Routes laid end to end: route i crosses the next lengths[i] of `resources` (with
+        their `weights`, default 1) and waits latency_s[i]. Returns their ids, in order."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        resources = np.asarray(resources, dtype=np.int64)
+        ids = np.arange(self._route_count, self._route_count + lengths.size, dtype=np.int64)
+        self._new_routes.append((lengths, resources, np.ones(resources.size) if weights is None else weights,
+                                 np.asarray(latency_s, dtype=float)))
+        self._route_count += lengths.size
+        return ids
+
+    @property
+    def route_count(self) -> int:
+        return self._route_count
 
     def _sync_routes(self) -> None:
-        if self._csr_routes == len(self._route_links):
+        if not self._new_routes:
             return
-        lengths = np.array([len(r) for r in self._route_links], dtype=np.int64)
-        self._route_ptr = np.concatenate([[0], np.cumsum(lengths)])
-        self._route_flat = np.concatenate(self._route_links) if self._route_links else np.zeros(0, np.int64)
-        if self._weighted_routes:
-            self._route_wflat = np.concatenate([np.ones(len(r)) if w is None else w
-                                                for r, w in zip(self._route_links, self._route_weights)])
-        self._route_lat = np.array(self._route_latency)
+        blocks, self._new_routes = self._new_routes, []
+        lengths = np.concatenate([b[0] for b in blocks])
+        flat = np.concatenate([b[1] for b in blocks])
+        wflat = np.concatenate([b[2] for b in blocks])
+        self._route_ptr = np.concatenate([self._route_ptr, self._route_ptr[-1] + np.cumsum(lengths)])
+        self._route_flat = np.concatenate([self._route_flat, flat])
+        self._route_wflat = np.concatenate([self._route_wflat, wflat])
+        self._route_lat = np.concatenate([self._route_lat, *(b[3] for b in blocks)])
         # the same without the resources of unlimited capacity, which never bind (the same
         # arrays where there are none)
         finite = np.isfinite(self.capacity[self._route_flat])
@@ -165,11 +179,11 @@ class FlowNetwork:
             self._bind_ptr, self._bind_flat = self._route_ptr, self._route_flat
             self._bind_wflat = self._route_wflat if self._weighted_routes else None
         else:
-            kept = np.bincount(np.repeat(np.arange(lengths.size), lengths)[finite], minlength=lengths.size)
+            every = np.diff(self._route_ptr)
+            kept = np.bincount(np.repeat(np.arange(every.size), every)[finite], minlength=every.size)
             self._bind_ptr = np.concatenate([[0], np.cumsum(kept)])
             self._bind_flat = self._route_flat[finite]
             self._bind_wflat = self._route_wflat[finite] if self._weighted_routes else None
-        self._csr_routes = len(self._route_links)
 
     def route_pairs(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(flow index, resource) for every resource on each given route: flow i of
@@ -373,7 +387,7 @@ class FlowNetwork:
         """Total work each resource carried (bytes on links, seconds on compute), given
         every flow's route and amount (times the route's weight on each resource)."""
         self._sync_routes()
-        per_route = np.bincount(routes, weights=amounts, minlength=len(self._route_links))
+        per_route = np.bincount(routes, weights=amounts, minlength=self._route_count)
         lengths = np.diff(self._route_ptr)
         per_entry = np.repeat(per_route, lengths)
         if self._weighted_routes:
