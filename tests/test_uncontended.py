@@ -601,6 +601,37 @@ def test_a_step_of_a_ring_of_one_period_as_a_matrix_is_the_step_itself():
         np.testing.assert_allclose(once, np.maximum(finish, np.roll(finish, 1)) + received, rtol=1e-15)
 
 
+@pytest.mark.parametrize("topology", ["switch", "multi_node", "staged"])
+def test_a_ring_over_fewer_elements_than_ranks_is_played_on_its_senders_in_a_row(monkeypatch, topology):
+    """Per-variable all-reduces of variables of 1, 3 and 11 elements over 12 ranks (11: every
+    step but the first wraps around the ring), reducing: each step after the first is played
+    on its c senders and their receivers only (PlayPlan.ring_run), with the figures of the
+    loop that gives every step a shape of its own, to the last digit: exit times, each
+    resource's first and last use, the bytes carried, the run's record."""
+    workload = {**GAN, "networks": {name: {**net, "variables": [{"size": 11, "count": 1}, {"size": 3, "count": 2},
+                                                                {"size": 1, "count": 1}], "params": 18}
+                                    for name, net in GAN["networks"].items()}}
+    options = {"gradient_sync": "per_variable", "compute_cv": 0.3, "gamma_s_per_byte": 1e-9}
+    runs = []
+    real = uncontended.UncontendedPlay._play_run
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_play_run", lambda *a: runs.append(1) or real(*a))
+    in_a_row: list = []
+    played, plays = run(monkeypatch, topology, "ring", workload, plays=True, kept=in_a_row, **options)
+    # (the first plays of a run keep their transfers for the trace, step by step)
+    assert plays > 0 and 0 < len(runs) <= plays
+    monkeypatch.setattr(uncontended.PlayPlan, "ring_run", lambda self: None)
+    step_by_step: list = []
+    ran = len(runs)
+    again, _ = run(monkeypatch, topology, "ring", workload, plays=True, kept=step_by_step, **options)
+    assert len(runs) == ran
+    for a, b in zip(in_a_row[:plays], step_by_step[:plays]):
+        np.testing.assert_array_equal(a.exit_times, b.exit_times)
+        for x, y in zip(a.resource_spans(), b.resource_spans()):
+            np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(in_a_row[plays], step_by_step[plays])
+    assert played == again
+
+
 def test_rates_without_a_short_period_are_divided_step_by_step():
     rates = np.tile([1.0, 2.0], 50)
     rates[-1] = 3.0  # 100 slots: no period up to 64 slots divides them

@@ -181,9 +181,16 @@ class Schedule:
             shares.append(first)
         return shares
 
+    def senders_in_a_run(self) -> tuple[int, list[int]] | None:
+        """Where every step's senders are c positions in a row around one ring, each sending
+        one element to the next (_SparseRingSteps.senders_in_a_run): c and per step the
+        first of them; else None."""
+        steps = self.steps
+        return steps.senders_in_a_run() if isinstance(steps, _SparseRingSteps) else None
+
     def reduces(self) -> list[bool]:
         """Per step, whether its receivers reduce what they receive."""
-        if isinstance(self.steps, _RingSteps):
+        if isinstance(self.steps, _LazyRingSteps):
             return self.steps.reduces()
         return [s.reduce for s in self.steps]
 
@@ -383,6 +390,9 @@ class _LazyRingSteps(_StepsMadeWhenAsked):
     def transfers_per_step(self) -> int:
         raise NotImplementedError
 
+    def reduces(self) -> list[bool]:
+        return [reduce for reduce in self._phases for _ in range(self._n - 1)]
+
 
 class _RingSteps(_LazyRingSteps):
     """Steps of rings with no empty segment, listed position by position: a 16,384-rank ring
@@ -399,9 +409,6 @@ class _RingSteps(_LazyRingSteps):
 
     def size_windows(self) -> tuple[np.ndarray, list[int]]:
         return self._arrays[4], [self._start(k)[0] * self._rings for k in range(len(self))]
-
-    def reduces(self) -> list[bool]:
-        return [reduce for reduce in self._phases for _ in range(self._n - 1)]
 
     def equal_shares(self) -> list[float] | None:
         size3 = self._arrays[4]
@@ -440,6 +447,19 @@ class _SparseRingSteps(_LazyRingSteps):
         """(src, dst) of the rings' every position: each step moves between some of these
         pairs, each once (those whose segment is not empty)."""
         return self._arrays[0], self._arrays[1]
+
+    def senders_in_a_run(self) -> tuple[int, list[int]] | None:
+        """For a single ring whose non-empty segments are its first c (a buffer of c < n
+        elements, one each), the positions that send in each step are c in a row around the
+        ring, from a step's first: (c, per step the first position). None for other rings."""
+        src, dst, lo3, hi3 = self._arrays
+        n = self._n
+        filled = hi3[:n] > lo3[:n]
+        c = int(filled.sum())
+        if self._rings != 1 or not bool(filled[:c].all()) or not (src == np.arange(n)).all():
+            return None
+        # position j sends segment (start + j) mod n, not empty for (start + j) mod n < c
+        return c, [(-self._start(k)[0]) % n for k in range(len(self))]
 
     def _step(self, k: int) -> Step:
         src, dst, lo3, hi3 = self._arrays

@@ -126,6 +126,7 @@ class PlayPlan:
     _ring_views: dict[float, "RingViews | None"] = field(default_factory=dict, repr=False)
     # `periodic`'s form, once worked out (a list, so that None is an answer too)
     _periodic: list["_Periodic | None"] = field(default_factory=list, repr=False)
+    _ring_run: list["_RingRun | None"] = field(default_factory=list, repr=False)  # and `ring_run`'s
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
@@ -283,6 +284,21 @@ class PlayPlan:
         self._periodic.append(found)
         return found
 
+    def ring_run(self) -> "_RingRun | None":
+        """A single ring over a buffer of fewer elements than positions (_RingRun), where the
+        plan is one: its one shape is the whole ring, slot j sent by participant j; else None."""
+        if self._ring_run:
+            return self._ring_run[0]
+        found = None
+        shape = self.shapes[0] if len(self.shapes) == 1 else None
+        run = self.schedule.senders_in_a_run() if shape is not None and shape.sender_slot is not None else None
+        if run is not None and bool((shape.sender_slot == np.arange(self.participants)).all()):
+            c, firsts = run
+            amount = 1.0 * self.bytes_per_element  # a segment of one element, as Step.size has it
+            found = _RingRun(c, firsts, self.schedule.reduces(), amount, amount / shape.rate)
+        self._ring_run.append(found)
+        return found
+
     def _window_amount(self, step: Step, k: int) -> np.ndarray | None:
         """Bytes per transfer of `step` as a slice, where its sizes are a window of a base
         array (a ring's steps are windows of its segment sizes tiled three times): the base's
@@ -344,6 +360,19 @@ class RingViews:
             return None
         at = self.windows[k] - 1
         return self.scaled[at:at + self.n]
+
+
+@dataclass
+class _RingRun:
+    """A single ring over c elements, fewer than its n positions (PlayPlan.ring_run): in each
+    step the c positions from the step's first on (mod n) send one element each to the next,
+    so c + 1 participants in a row take part."""
+
+    c: int
+    firsts: list[int]  # per step, its first sender
+    reduce: list[bool]  # per step, whether it reduces
+    amount: float  # the bytes of each transfer
+    duration: np.ndarray  # per slot (its sender), amount / rate
 
 
 @dataclass
@@ -437,8 +466,11 @@ class UncontendedPlay:
         # where a ring's own loop, or the plan's period, takes over (none: every step played here)
         rest = len(plan.schedule.steps)
         periodic = plan.periodic() if views is None else None
+        run = plan.ring_run() if views is None and periodic is None else None
+        if fill and run is not None:
+            kept = None  # (the run's transfer times are its slots')
         for k, step in enumerate(plan.schedule.steps):
-            if views is not None and k > 0 and not recording.wanted:
+            if (views is not None or run is not None) and k > 0 and not recording.wanted:
                 rest = k
                 break
             if periodic is not None and k > 0 and not recording.wanted:
@@ -507,7 +539,9 @@ class UncontendedPlay:
                     last_end[index] = finish.copy()
             if recording.wanted:
                 recording.add(self.first_step + k, shape, step, start, finish, t)
-        if rest < len(plan.schedule.steps) and views is None:
+        if rest < len(plan.schedule.steps) and run is not None:
+            self._play_run(run, rest, t, first_start[0], last_end[0], carried[0] if fill else None)
+        elif rest < len(plan.schedule.steps) and views is None:
             assert periodic is not None
             self._play_periodic(periodic, rest, t, first_start, last_end, carried if fill else None)
         elif rest < len(plan.schedule.steps):
@@ -634,6 +668,48 @@ class UncontendedPlay:
             first_start[index] = start[form.shapes[index].stands_for]
         for index, finish in finishes.items():
             last_end[index] = finish[form.shapes[index].stands_for]
+
+    def _play_run(self, run: _RingRun, first: int, t: np.ndarray, first_start: np.ndarray, last_end: np.ndarray,
+                  carried: np.ndarray | None) -> None:
+        """Steps `first`... of a ring over fewer elements than positions (PlayPlan.ring_run),
+        each over its c + 1 participants in a row only (indices taken around the ring), not
+        over all n: the same terms in the same order as `solve`'s loop, which gives each step
+        a shape of its own (_part_of_whole), so the same figures to the last digit. Slot j is
+        participant j's, so participants index the slots too."""
+        c, firsts, reduce = run.c, run.firsts, run.reduce
+        n = t.size
+        # a step's senders are c slots in a row from its first, around the ring: with the
+        # per-slot arrays laid out twice, always a slice; what the slots used and carried is
+        # kept so too, and folded back onto the n slots at the end
+        latency, duration = np.tile(self.plan.shapes[0].latency, 2), np.tile(run.duration, 2)
+        used_from, used_until = np.tile(first_start, 2), np.tile(last_end, 2)
+        used_from[n:] = np.inf
+        used_until[n:] = -np.inf
+        received = run.amount * self.gamma_s_per_byte if self.gamma_s_per_byte > 0 else 0.0
+        maximum, minimum = np.maximum, np.minimum
+        for k in range(first, len(firsts)):
+            at = firsts[k]
+            senders = slice(at, at + c)
+            wraps = at + c >= n  # the last participant, or more, past the end of the ring
+            times = np.concatenate((t[at:], t[:at + c + 1 - n])) if wraps else t[at:at + c + 1]
+            start = maximum(times[:c], times[1:])
+            finish = start + latency[senders]
+            finish += duration[senders]
+            times[:c] = finish  # each participant's end: its send's and its receive's
+            maximum(times[1:c], finish[:c - 1], out=times[1:c])
+            times[c] = finish[c - 1]
+            if reduce[k] and received > 0:
+                times[1:] += received
+            if wraps:
+                t[at:] = times[:n - at]
+                t[:at + c + 1 - n] = times[n - at:]
+            minimum(used_from[senders], start, out=used_from[senders])
+            maximum(used_until[senders], finish, out=used_until[senders])
+            if carried is not None:
+                for part in ((slice(at, min(at + c, n)), slice(0, max(at + c - n, 0))) if wraps else (senders,)):
+                    carried[part] += run.amount
+        minimum(used_from[:n], used_from[n:], out=first_start)
+        maximum(used_until[:n], used_until[n:], out=last_end)
 
     def _ring_loop(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
                    start: np.ndarray, carried: np.ndarray | None) -> np.ndarray:
