@@ -244,3 +244,18 @@ def test_pair_routes_made_in_a_block_are_the_node_routes(p2p):
         assert blocked.network.route_latency(ids[k:k + 1])[0] == single.network.route_latency(np.array([made]))[0]
     assert all((blocked.staging_host(participants[a], participants[b]) is None) == p2p
                for a, b in zip(src.tolist(), dst.tolist()))
+
+
+def test_content_keys_tell_arrays_apart_by_contents_dtype_and_shape():
+    from gansim.core.arrays import content_key
+
+    a = np.arange(100_000, dtype=np.int64)
+    assert content_key(a) == content_key(a.copy()) and len(content_key(a)) == 16
+    b = a.copy()
+    b[-1] += 1
+    assert content_key(a) != content_key(b)
+    assert content_key(a) != content_key(a.astype(np.int32)) != content_key(a.astype(float))
+    assert content_key(a[:10].reshape(2, 5)) != content_key(a[:10])
+    # several arrays: where one ends and the next starts counts
+    assert content_key(a[:3], a[3:10]) != content_key(a[:4], a[4:10])
+    assert content_key(a[::2]) == content_key(np.ascontiguousarray(a[::2]))

@@ -53,7 +53,7 @@ from gansim.collectives.nccl_tuning import (
     tree_correction,
     tune,
 )
-from gansim.core.arrays import ragged, unique_inverse
+from gansim.core.arrays import content_key, ragged, unique_inverse
 from gansim.network.cluster import Cluster
 from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
 
@@ -237,7 +237,7 @@ def _channel_loads(cluster: Cluster, machine: NcclMachine, proto: str, kernels_G
     wire = WIRE_BYTES_PER_DATA_BYTE[proto]
     # the hops' loads do not depend on the message size: collectives of several sizes (a
     # GAN's DDP buckets) on the same channels and protocol share them, and their sums
-    key = (wire, tuple((s.tobytes(), r.tobytes(), nics) for s, r, nics in channels))
+    key = (wire, tuple((content_key(s, r), nics) for s, r, nics in channels))
     kernel_weight = _kernel_weight(kernels_GBps)
     summed = machine.channel_loads.get((key, kernel_weight))
     if summed is not None:
@@ -458,7 +458,7 @@ def _group(flows: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[ChannelFl
     """Channels over the same resources with the same weights move in lock-step: one flow."""
     groups: dict[bytes, list] = {}
     for amount, res, w in flows:
-        key = res.tobytes() + np.round(w * 1e18).tobytes()
+        key = content_key(res, np.round(w * 1e18))
         if key in groups:
             groups[key][0] += amount
             groups[key][3] += 1

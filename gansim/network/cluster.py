@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from gansim.core.arrays import content_key
 from gansim.core.errors import UserInputError
 from gansim.network.flows import FlowNetwork
 from gansim.topology.graph import Topology
@@ -189,7 +190,7 @@ class Cluster:
     def weighted_route(self, resources: np.ndarray, weights: np.ndarray) -> int:
         """A route over any resources with a weight on each, no latency (a collective that
         charges its own latency); the same resources and weights give the same route id."""
-        key = np.asarray(resources, dtype=np.int64).tobytes() + np.asarray(weights, dtype=float).tobytes()
+        key = content_key(np.asarray(resources, dtype=np.int64), np.asarray(weights, dtype=float))
         found = self._weighted_routes.get(key)
         if found is None:
             found = self._weighted_routes[key] = self.network.add_route(resources, 0.0, weights)

@@ -138,17 +138,20 @@ class TaskGraph:
 
         src = cat("_edge_src", np.int64)
         dst = cat("_edge_dst", np.int64)
-        succ = dst[np.argsort(src, kind="stable")]
+        # task ids fit in 32 bits below limits.TASKS' default: the tables of successors are
+        # kept so, half the memory of a run of millions of tasks
+        ids = np.int32 if self.size < np.iinfo(np.int32).max else np.int64
+        succ = dst[np.argsort(src, kind="stable")].astype(ids)
         ptr = np.zeros(self.size + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=self.size), out=ptr[1:])
         del src
         degree = np.diff(ptr)
-        narrow = np.full((self.size, _NARROW), -1, dtype=np.int64)
+        narrow = np.full((self.size, _NARROW), -1, dtype=ids)
         small = np.flatnonzero((degree > 0) & (degree <= _NARROW))
         for j in range(_NARROW):
             has = small[degree[small] > j]
             narrow[has, j] = succ[ptr[has] + j]
-        indegree = np.bincount(dst, minlength=self.size).astype(np.int64)
+        indegree = np.bincount(dst, minlength=self.size).astype(ids)
         del dst
         return FrozenGraph(
             narrow_succ=narrow, wide=degree > _NARROW,

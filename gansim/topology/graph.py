@@ -707,7 +707,7 @@ class _HubRouting:
     hubs: list[int]  # routing vertices
     index: dict[int, int]  # per hub vertex, its place in `hubs`
     skip: frozenset[int]
-    into: list[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
+    into: Sequence[list[tuple[int, float]]]  # per vertex: (vertex it comes from, weight)
     part: np.ndarray  # per vertex: its connected part of the graph without the hubs
     from_hub: list[tuple[dict[int, float], dict[int, int]]]  # per hub: distances and predecessors, off the others
     to_hub: list[dict[int, float]]  # per hub: each vertex's distance to it, off the others

@@ -9,7 +9,8 @@ order, and a vertex keeps the first predecessor that reached it at its final dis
 from __future__ import annotations
 
 import heapq
-from typing import Iterable
+from collections.abc import Sequence
+from typing import Iterable, overload
 
 import numpy as np
 
@@ -20,11 +21,9 @@ class Digraph:
     def __init__(self, n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray):
         order = np.lexsort((cols, rows))
         rows, cols, weights = rows[order], cols[order], weights[order]
-        starts = np.searchsorted(rows, np.arange(n + 1))
-        pairs = list(zip(cols.tolist(), weights.tolist()))
-        bounds = starts.tolist()
         self.n = n
-        self.out: list[list[tuple[int, float]]] = [pairs[bounds[v]:bounds[v + 1]] for v in range(n)]
+        self._starts = np.searchsorted(rows, np.arange(n + 1))
+        self.out = _Adjacency(self._starts, cols, weights)
         self._arrays = (rows, cols, weights)
 
     @property
@@ -33,11 +32,41 @@ class Digraph:
         return self._arrays
 
     def degree(self) -> np.ndarray:
-        return np.array([len(edges) for edges in self.out])
+        return np.diff(self._starts)
 
     def reversed(self) -> "Digraph":
         rows, cols, weights = self._arrays
         return Digraph(self.n, cols, rows, weights)
+
+
+class _Adjacency(Sequence[list[tuple[int, float]]]):
+    """Per vertex, its (neighbour, weight) edges in ascending order of neighbour, made when a
+    search first asks for them: a graph of tens of thousands of GPUs has a million edges,
+    of which a search looks at a few."""
+
+    def __init__(self, starts: np.ndarray, cols: np.ndarray, weights: np.ndarray):
+        self._starts, self._cols, self._weights = starts, cols, weights
+        self._made: dict[int, list[tuple[int, float]]] = {}
+
+    def __len__(self) -> int:
+        return self._starts.size - 1
+
+    @overload
+    def __getitem__(self, v: int) -> list[tuple[int, float]]: ...
+
+    @overload
+    def __getitem__(self, v: slice) -> list[list[tuple[int, float]]]: ...
+
+    def __getitem__(self, v: int | slice) -> list[tuple[int, float]] | list[list[tuple[int, float]]]:
+        if isinstance(v, slice):
+            return [self[i] for i in range(*v.indices(len(self)))]
+        found = self._made.get(v)
+        if found is None:
+            if not 0 <= v < len(self):
+                raise IndexError(v)
+            lo, hi = int(self._starts[v]), int(self._starts[v + 1])
+            found = self._made[v] = list(zip(self._cols[lo:hi].tolist(), self._weights[lo:hi].tolist()))
+        return found
 
 
 class Search:
