@@ -201,7 +201,8 @@ def _successors(graph: FrozenGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.n
     """Every dependency out of `nodes`: (the node it leaves, the successor it enters)."""
     rows = graph.narrow_succ[nodes]
     has = rows >= 0
-    found = rows[has]
+    # as the platform's index type, which every array indexed with them wants (not the tables' 32 bits)
+    found = rows[has].astype(np.intp)
     found_from = np.broadcast_to(nodes[:, None], rows.shape)[has]
     wide = nodes[graph.wide[nodes]]
     if not wide.size:
@@ -210,7 +211,7 @@ def _successors(graph: FrozenGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.n
     lengths = graph.succ_ptr[wide + 1] - starts
     offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     return (np.concatenate([found_from, np.repeat(wide, lengths)]),
-            np.concatenate([found, graph.succ[np.repeat(starts, lengths) + offsets]]))
+            np.concatenate([found, graph.succ[np.repeat(starts, lengths) + offsets].astype(np.intp)]))
 
 
 def _durations(graph: FrozenGraph, network: FlowNetwork) -> np.ndarray:
