@@ -113,6 +113,7 @@ class FlowNetwork:
         # routes, as a growing CSR table: blocks of routes added since it was last made
         # (per block: each route's count of resources, the resources, their weights, latencies)
         self._new_routes: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._single_routes: list[tuple[np.ndarray, np.ndarray | None, float]] = []  # added one by one since
         self._route_count = 0
         self._route_ptr = np.zeros(1, dtype=np.int64)
         self._route_flat = np.zeros(0, dtype=np.int64)
@@ -143,7 +144,24 @@ class FlowNetwork:
             if weights.shape != links.shape or not bool((weights > 0).all()):
                 raise ValueError("route weights must be > 0, one per resource")
             self._weighted_routes = True
-        return int(self.add_routes(np.array([links.size]), links, np.array([float(latency_s)]), weights)[0])
+        # kept as it is until the table is next made (a machine adds one per rank and resource)
+        self._single_routes.append((links, weights, float(latency_s)))
+        self._route_count += 1
+        return self._route_count - 1
+
+    def _block_of_single_routes(self) -> None:
+        """The routes added one by one since the last block, as a block of their own."""
+        singles, self._single_routes = self._single_routes, []
+        if not singles:
+            return
+        lengths = np.array([links.size for links, _, _ in singles], dtype=np.int64)
+        weights = np.ones(int(lengths.sum()))
+        at = np.cumsum(lengths) - lengths
+        for k, (_, w, _) in enumerate(singles):
+            if w is not None:
+                weights[at[k]:at[k] + w.size] = w
+        self._new_routes.append((lengths, np.concatenate([links for links, _, _ in singles]), weights,
+                                 np.array([latency for _, _, latency in singles], dtype=float)))
 
     def add_routes(self, lengths: np.ndarray, resources: np.ndarray, latency_s: np.ndarray,
                    weights: np.ndarray | None = None) -> np.ndarray:
@@ -151,6 +169,7 @@ class FlowNetwork:
         their `weights`, default 1) and waits latency_s[i]. Returns their ids, in order."""
         lengths = np.asarray(lengths, dtype=np.int64)
         resources = np.asarray(resources, dtype=np.int64)
+        self._block_of_single_routes()  # (ids in the order routes were added)
         ids = np.arange(self._route_count, self._route_count + lengths.size, dtype=np.int64)
         self._new_routes.append((lengths, resources, np.ones(resources.size) if weights is None else weights,
                                  np.asarray(latency_s, dtype=float)))
@@ -162,6 +181,7 @@ class FlowNetwork:
         return self._route_count
 
     def _sync_routes(self) -> None:
+        self._block_of_single_routes()
         if not self._new_routes:
             return
         blocks, self._new_routes = self._new_routes, []
