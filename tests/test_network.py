@@ -206,14 +206,15 @@ def test_routes_added_in_a_block_are_the_routes_added_one_by_one():
     assert block.add_routes(np.array([1, 3]), np.array([3, 2, 0, 3]), np.array([0.0, 5e-6]),
                             np.array([1.0, 1.0, 2.0, 0.5])).tolist() == [1, 2]
     every = np.array(ids)
-    for net in (one, block):
-        net._weighted_routes = True
     for got, want in zip(block.route_pairs(every), one.route_pairs(every)):
         assert got.tolist() == want.tolist()
     assert block.route_pair_weights(every).tolist() == one.route_pair_weights(every).tolist()
     assert block.route_latency(every).tolist() == one.route_latency(every).tolist()
     assert block.alone_rate(every).tolist() == one.alone_rate(every).tolist() == [1.0, 4.0, 0.5]
     assert block.binding_pairs(every)[1].tolist() == one.binding_pairs(every)[1].tolist() == [0, 1, 3, 0, 3]
+    assert block.binding_pairs(every)[2].tolist() == one.binding_pairs(every)[2].tolist() == [1, 1, 1, 2, 0.5]
+    with pytest.raises(ValueError, match="weights must be > 0"):
+        block.add_routes(np.array([2]), np.array([0, 1]), np.array([0.0]), np.array([1.0, 0.0]))
 
 
 @pytest.mark.parametrize("p2p", [True, False])

@@ -232,11 +232,7 @@ class Cluster:
             count, links = count[count > 0], links[count > 0]
             if found.size:
                 flat = links[np.arange(links.shape[1]) < count[:, None]]  # row by row, each route's links in order
-                latency = topo.latency_s[links[:, 0]]
-                for column in range(1, links.shape[1]):  # summed link by link, as a route's own sum
-                    more = count > column
-                    latency = np.where(more, latency + topo.latency_s[np.where(more, links[:, column], 0)], latency)
-                ids[found] = self.network.add_routes(count, flat, latency)
+                ids[found] = self.network.add_routes(count, flat, topo.links_latency(count, links))
                 self._remember_node_pairs(na[found], nb[found], ids[found])
         rest = np.flatnonzero(ids < 0)
         if rest.size:

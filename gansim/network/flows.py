@@ -139,15 +139,22 @@ class FlowNetwork:
         """A route over `resources`; `weights` (default 1 each) is what one unit of a flow's
         rate uses of each of them."""
         links = np.asarray(resources, dtype=np.int64)
-        if weights is not None:
-            weights = np.asarray(weights, dtype=float)
-            if weights.shape != links.shape or not bool((weights > 0).all()):
-                raise ValueError("route weights must be > 0, one per resource")
-            self._weighted_routes = True
+        weights = self._checked_weights(links, weights)
         # kept as it is until the table is next made (a machine adds one per rank and resource)
         self._single_routes.append((links, weights, float(latency_s)))
         self._route_count += 1
         return self._route_count - 1
+
+    def _checked_weights(self, resources: np.ndarray, weights: np.ndarray | None) -> np.ndarray | None:
+        """`weights` as floats, one > 0 per resource (None: all 1); the network's rates then
+        take routes' weights into account."""
+        if weights is None:
+            return None
+        weights = np.asarray(weights, dtype=float)
+        if weights.shape != resources.shape or not bool((weights > 0).all()):
+            raise ValueError("route weights must be > 0, one per resource")
+        self._weighted_routes = True
+        return weights
 
     def _block_of_single_routes(self) -> None:
         """The routes added one by one since the last block, as a block of their own."""
@@ -169,6 +176,7 @@ class FlowNetwork:
         their `weights`, default 1) and waits latency_s[i]. Returns their ids, in order."""
         lengths = np.asarray(lengths, dtype=np.int64)
         resources = np.asarray(resources, dtype=np.int64)
+        weights = self._checked_weights(resources, weights)
         self._block_of_single_routes()  # (ids in the order routes were added)
         ids = np.arange(self._route_count, self._route_count + lengths.size, dtype=np.int64)
         self._new_routes.append((lengths, resources, np.ones(resources.size) if weights is None else weights,

@@ -517,20 +517,23 @@ class Topology:
         finds them without a search, all at once."""
         count, links = self._short_route_links(starts, targets)
         found: list[Route | None] = [None] * starts.size
-        for k in np.flatnonzero(count == 1).tolist():
-            link = int(links[k, 0])
-            found[k] = Route(np.array([link], dtype=np.int64), float(self.latency_s[link]),
-                             float(self.capacity_Bps[link]))
-        for length in range(2, _SHORT_ROUTE_LINKS + 1):
+        latency = self.links_latency(count, links)
+        for length in range(1, _SHORT_ROUTE_LINKS + 1):
             these = np.flatnonzero(count == length)
             chosen = links[these, :length]
-            latency = self.latency_s[chosen[:, 0]]
-            for column in range(1, length):  # summed link by link, as the route's own sum
-                latency = latency + self.latency_s[chosen[:, column]]
             bottleneck = self.capacity_Bps[chosen].min(axis=1)
-            for k, route_links, lat, cap in zip(these.tolist(), chosen, latency.tolist(), bottleneck.tolist()):
+            for k, route_links, lat, cap in zip(these.tolist(), chosen, latency[these].tolist(), bottleneck.tolist()):
                 found[k] = Route(route_links, lat, cap)
         return found
+
+    def links_latency(self, count: np.ndarray, links: np.ndarray) -> np.ndarray:
+        """Per route of count[i] links (links[i], as short_route_links gives them), its
+        latency summed link by link, as a route's own sum (Route.latency_s) adds them."""
+        latency = np.where(count > 0, self.latency_s[links[:, 0]], 0.0)
+        for column in range(1, links.shape[1]):
+            more = count > column
+            latency = np.where(more, latency + self.latency_s[np.where(more, links[:, column], 0)], latency)
+        return latency
 
     def short_route_links(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The links of route(src[i], dst[i]) (node indices) where it is found without a
