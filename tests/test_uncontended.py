@@ -379,6 +379,34 @@ def test_gpu_compute_timed_as_delays_times_like_the_flow_network(monkeypatch, to
     assert as_delays.breakdown.to_dict() == pytest.approx(as_flows.breakdown.to_dict(), rel=1e-9)
 
 
+def test_cpu_compute_timed_as_delays_times_like_the_flow_network(monkeypatch):
+    """A CPU rank's core computes and moves its messages: without overlap its phases never
+    meet them and stay delays, with the figures of the flow network."""
+    as_delays, timed = run_private(monkeypatch, "cpu_host", delays=True, overlap=False)
+    as_flows, none = run_private(monkeypatch, "cpu_host", delays=False, overlap=False)
+    assert timed > 0 and none == 0
+    assert_same(as_delays, as_flows)
+
+
+@pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "compute_cv": 0.1}])
+def test_cpu_compute_that_meets_a_play_is_played_again_once_with_the_rings_first_steps(monkeypatch, options):
+    """With DDP, a CPU core's backward timed as a delay meets the first bucket's played ring:
+    one run more, with the ring's first steps and the compute as flows (a run with the
+    steps as flows and the compute still delays would meet again), gives the flow network's
+    figures."""
+    from gansim.training import step
+
+    runs = []
+    real = step._simulate
+    monkeypatch.setattr(step, "_simulate", lambda *a, **k: runs.append(1) or real(*a, **k))
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0)
+    fast, timed = run_private(monkeypatch, "cpu_host", delays=True, workload="paper-mlp-gan", **options)
+    assert timed == 0 and len(runs) == 2
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 10**18)
+    flowed, _ = run_private(monkeypatch, "cpu_host", delays=False, workload="paper-mlp-gan", **options)
+    assert_same(fast, flowed)
+
+
 def test_compute_phases_that_meet_keep_the_plays_when_only_they_met(monkeypatch):
     """fp16 compression beside the next bucket's backward: the run is played again with the
     compute phases as flows, but its all-reduces, which met nothing, stay played."""

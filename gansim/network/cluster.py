@@ -105,14 +105,15 @@ class Cluster:
         self.resource_names, self.resource_kinds = names, kinds
         self.network = FlowNetwork(env, np.array(capacity, dtype=float), names)
         self.compute_route = np.array([self.network.add_route(np.array(r), 0.0) for r in compute_routes])
-        # Whether every rank's compute (and input pipeline) is one resource of capacity 1 that
-        # only that rank's own phases use (GPU ranks without a host core pool: made above, one
-        # per rank), so that a phase running alone on it takes exactly its seconds.
-        self.private_compute = all(len(route) == 1 and capacity[route[0]] == 1.0 for route in compute_routes)
         self.idle_pools = _idle_pools(compute_routes, loader_routes, capacity)
-        # likewise the input pipelines, where their only other resource is a pool they cannot fill
-        self.private_loader = all(capacity[route[0]] == 1.0 and set(route[1:]) <= self.idle_pools
-                                  for route in loader_routes)
+        # Whether every rank's compute is a resource of its own (made above, one per rank) and
+        # pools that cannot bind, so that a phase that ran alone on it took its amount at that
+        # resource's rate. A GPU's is used by its own phases only; a CPU rank's also by its
+        # messages: the run's checks find a phase timed so that met them (simulate() in
+        # gansim/training/step.py). Likewise the input pipelines (a GPU rank's loader thread, a
+        # CPU rank's own core).
+        self.private_compute = all(set(route[1:]) <= self.idle_pools for route in compute_routes)
+        self.private_loader = all(set(route[1:]) <= self.idle_pools for route in loader_routes)
         self.loader_route = np.array([self.network.add_route(np.array(r), 0.0) for r in loader_routes])
         self.loader_pool = _shared_loader_pools(compute_routes, loader_routes, self.idle_pools)
         self._node_routes: dict[tuple[str, str], int] = {}
@@ -297,17 +298,20 @@ class Cluster:
 
 
 def _idle_pools(compute_routes: list[list[int]], loader_routes: list[list[int]], capacity: list[float]) -> set[int]:
-    """Host core pools their work can never fill: only GPU ranks' input pipelines use them, each
-    held to one core by its own resource of capacity 1 (its first), and there are no more of
-    them than the pool has cores, so every one runs at one core whatever the others do."""
+    """Host core pools their work can never fill: those whose cores are not counted (unlimited:
+    `cores` not given), and those only GPU ranks' input pipelines use, each held to one core by
+    its own resource of capacity 1 (its first), where there are no more of them than the pool
+    has cores, so every one runs at one core whatever the others do."""
+    unlimited = {res for route in (*compute_routes, *loader_routes) for res in route[1:]
+                 if capacity[res] == float("inf")}
     busy = {res for route in compute_routes for res in route}
     loaders: dict[int, int] = {}
     for route in loader_routes:
         if capacity[route[0]] != 1.0:
-            return set()
+            return unlimited
         for res in route[1:]:
             loaders[res] = loaders.get(res, 0) + 1
-    return {res for res, count in loaders.items() if res not in busy and count <= capacity[res]}
+    return unlimited | {res for res, count in loaders.items() if res not in busy and count <= capacity[res]}
 
 
 def _shared_loader_pools(compute_routes: list[list[int]], loader_routes: list[list[int]],

@@ -119,10 +119,11 @@ class StepBuilder:
         bandwidths = [cluster.topology.nodes[n].memory_bandwidth_GBps for n in cluster.rank_nodes]
         self.bandwidth_GBps = None if any(b is None for b in bandwidths) else min(bandwidths)
         self.rng = np.random.default_rng(point.seed)
-        # With `alone`, large runs of GPU ranks time each compute phase, input phase and
-        # host-to-device copy as a delay instead of a flow alone on the rank's own resources
+        # With `alone`, large runs time each compute phase (and, of GPU ranks, input phase and
+        # host-to-device copy) as a delay instead of a flow alone on the rank's own resources
         # (simulate() checks afterwards that nothing else used those resources at the same
-        # time, and plays the run again with them as flows if something did).
+        # time, and plays the run again with them as flows if something did: a CPU rank's
+        # messages, which its core moves).
         large = self.large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
@@ -377,7 +378,8 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
         if shared == _WORK and alone:
             alone = False
         elif shared == _PLAYS and (longer := _longer_heads(timeline, heads)) is not None:
-            heads = longer
+            # work timed as alone that met a play would meet its first steps as flows too
+            heads, alone = longer[0], alone and not longer[1]
         else:
             break
         timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
@@ -435,21 +437,23 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     return _WORK if uncontended_plays.contended([], *flow_rows, *alone_rows) else None
 
 
-def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int] | None:
+def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> tuple[dict[int, int], bool] | None:
     """Per collective (its index among the run's), how many first steps to play on the flow
     network so that what met its play meets only those: the steps the play took until the
     last of the work that met it ended (its share of the play's time, as a ring's steps take
-    alike), a quarter more, and at least twice as many as before. None where that cannot
-    help: a play met something until its end, left a rank early, or would need half its
-    steps or more on the flow network."""
+    alike), a quarter more, and at least twice as many as before; and whether work timed as
+    alone met a play. None where that cannot help: a play met something until its end, left
+    a rank early, or would need half its steps or more on the flow network."""
     plays, flow_rows, alone_rows = timeline.shared_rows
     res, lo, hi = (np.concatenate(x) for x in zip(flow_rows, alone_rows))
-    owner = np.full(res.size, -1)
+    # who used each row: -2 work timed as alone, -1 a flow, i >= 0 the i-th play
+    owner = np.concatenate([np.full(flow_rows[0].size, -1), np.full(alone_rows[0].size, -2)])
     spans = [play.resource_spans() for play in plays]
     res, lo, hi = (np.concatenate([a, *(span[i] for span in spans)]) for i, a in enumerate((res, lo, hi)))
     owner = np.concatenate([owner, *(np.full(span[0].size, i) for i, span in enumerate(spans))])
     indices = [k for k, span in enumerate(timeline.spans) if span.play is not None]
     longer = dict(heads)
+    met_alone = False
     for i, (play, (used, first, last)) in enumerate(zip(plays, spans)):
         if play.early_exit:
             return None
@@ -459,6 +463,7 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int
         met = (owner != i) & (hi > play_lo[res]) & (lo < play_hi[res])
         if not met.any():
             continue
+        met_alone = met_alone or bool((owner[met] == -2).any())
         start, end, met_until = float(first.min()), float(last.max()), float(hi[met].max())
         if met_until >= end:
             return None
@@ -468,7 +473,7 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> dict[int, int
         longer[indices[i]] = max(2 * head, head + more)
         if 2 * longer[indices[i]] > head + steps:
             return None
-    return longer if longer != heads else None
+    return (longer, met_alone) if longer != heads else None
 
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
