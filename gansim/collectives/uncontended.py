@@ -33,16 +33,18 @@ flow network's figures to the last digit; tests/test_uncontended.py holds the tw
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gansim.collectives.schedules import Schedule, Step
+from gansim.core.arrays import content_key
 from gansim.network.cluster import Cluster
 
 # Schedules with fewer transfers are played on the flow network, as they always were.
 UNCONTENDED_MIN_TRANSFERS = 1 << 10
-# Runs of fewer ranks keep every GPU's compute on the flow network too; from this many, a
+# Runs of fewer ranks keep every rank's compute on the flow network too; from this many, a
 # compute phase that nothing else can share is timed as a delay (gansim/training/step.py),
 # which differs from the flow network's timing only in the last digits, as plays do.
 UNCONTENDED_MIN_RANKS = 1 << 8
@@ -131,7 +133,28 @@ class PlayPlan:
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
               nbytes: float) -> "PlayPlan | None":
-        """The plan of `schedule`, or None when the schedule is not uncontended."""
+        """The plan of `schedule`, or None when the schedule is not uncontended. Schedules
+        that move between the same pairs step by step (one algorithm's for DDP's buckets of
+        every size) share their shapes, worked out and checked once per machine."""
+        key = _pairs_key(schedule, participants)
+        known = _STRUCTURES.setdefault(cluster, {})
+        if key is None or key not in known:
+            found = cls._structure(cluster, schedule, participants)
+            if key is not None:
+                known[key] = found
+        else:
+            found = known[key]
+        if found is None:
+            return None
+        shapes, step_shape, resources = found
+        return cls(cluster, schedule, len(participants), nbytes / schedule.count, shapes, step_shape,
+                   _resources=resources)
+
+    @staticmethod
+    def _structure(cluster: Cluster, schedule: Schedule, participants: tuple[str, ...]) -> tuple[
+            list[_Shape], list[int], dict] | None:
+        """The shapes of a schedule's steps, which shape each step has, and a table for
+        `resources_of` (empty); None when the schedule is not uncontended."""
         n_part = len(participants)
         shapes: list[_Shape] = []
         step_shape: list[int] = []
@@ -188,7 +211,7 @@ class PlayPlan:
                 step_shape.append(index)
         if not _never_bind(net.capacity, *_distinct_users(pair_users, pair_loads, n_part)):  # (2)
             return None
-        return cls(cluster, schedule, n_part, nbytes / schedule.count, shapes, step_shape)
+        return shapes, step_shape, {}
 
     def resources_of(self, shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For the slots of these shapes, one after another: per (slot, resource it crosses),
@@ -767,6 +790,24 @@ class UncontendedPlay:
             used, first, last = used[kept], first[kept], last[kept]
         self._spans = (used, first, last)
         return self._spans
+
+
+# per machine (its cluster, while it lives): per _pairs_key, PlayPlan._structure's answer
+_STRUCTURES: "weakref.WeakKeyDictionary[Cluster, dict]" = weakref.WeakKeyDictionary()
+
+
+def _pairs_key(schedule: Schedule, participants: tuple[str, ...]) -> tuple | None:
+    """What a schedule's plan is made from: its participants and each part's steps' (src,
+    dst) pairs, their sizes aside. None for a part whose steps are made as they are asked for
+    (a ring's): its plan is one shape, made without looking at every step."""
+    pieces = []
+    for part in schedule.parts():
+        if not isinstance(part.steps, (list, tuple)):
+            return None
+        pieces.append(np.array([len(part.steps)]))
+        for step in part.steps:
+            pieces += [step.src, step.dst]
+    return participants, content_key(*pieces)
 
 
 def _shape(cluster: Cluster, participants: tuple[str, ...], step_src: np.ndarray, step_dst: np.ndarray) -> _Shape:

@@ -9,7 +9,7 @@ generation counter and a timer that fires for an older generation does nothing."
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import simpy
@@ -411,11 +411,15 @@ class FlowNetwork:
         self._in_event = False
         self._reschedule()
 
-    def carried_per_resource(self, routes: np.ndarray, amounts: np.ndarray) -> np.ndarray:
+    def carried_per_resource(self, flows: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """Total work each resource carried (bytes on links, seconds on compute), given
-        every flow's route and amount (times the route's weight on each resource)."""
+        every flow's route and amount (times the route's weight on each resource), as
+        (routes, amounts) pieces: added one after another, as one bincount over them laid
+        end to end would."""
         self._sync_routes()
-        per_route = np.bincount(routes, weights=amounts, minlength=self._route_count)
+        per_route = np.zeros(self._route_count)
+        for routes, amounts in flows:
+            np.add.at(per_route, routes, amounts)
         lengths = np.diff(self._route_ptr)
         per_entry = np.repeat(per_route, lengths)
         if self._weighted_routes:
