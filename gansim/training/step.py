@@ -362,14 +362,14 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     """Build and play the run. `cluster_factory(env)` makes the machine in a fresh env.
     Large all-reduces that nothing contends with are played without the flow network
     (gansim/collectives/uncontended.py), keeping their first `keep_transfers` transfers for
-    the details; from UNCONTENDED_MIN_RANKS GPU ranks, compute phases, input phases and
+    the details; from UNCONTENDED_MIN_RANKS ranks, compute phases, input phases and
     host-to-device copies alone on their resources are delays. If, after the run, such a
     delay turns out to have shared its resources with something (fp16 compression beside
     the next bucket's backward on one GPU), the run is played again with that work as flows.
     If a play did, and only its first steps met other work (a CPU rank's core still computing
     the backward while DDP's first bucket is all-reduced on it), the run is played again with
-    those first steps on the flow network and the rest played (`_longer_heads`); else wholly
-    on the flow network."""
+    those first steps on the flow network and the rest played (`_longer_heads`), and the
+    delays that met it as flows; else wholly on the flow network."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     alone, heads = uncontended, {}
     nccl_states: dict = {}  # NCCL's view of the machine, worked out once for every play of the run
