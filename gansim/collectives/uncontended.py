@@ -450,8 +450,6 @@ class UncontendedPlay:
     exit_times: np.ndarray | None = None
     early_exit: bool = False  # a rank would have left before the last one joined
     recorded: Recorded | None = None
-    first_start: list[np.ndarray | None] = field(default_factory=list)  # per shape, per slot: first start
-    last_end: list[np.ndarray | None] = field(default_factory=list)  # and last end
     _spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     # -- the recurrence
@@ -575,7 +573,9 @@ class UncontendedPlay:
             else:
                 finish = self._ring_loop(views, rest, t_ring, finish_ring, start_buffer, carried[0] if fill else None)
             last_end[0] = finish.copy()
-        self.first_start, self.last_end = first_start, last_end
+        # kept per resource, not per slot of every shape: a halving-doubling's log2(p) shapes
+        # of p slots, kept for every play of a run, were hundreds of MB at 16,384 GPUs
+        self._spans = self._spans_of(first_start, last_end)
         if fill:
             plan.carried, plan.durations = carried, kept
         self.recorded = recording.result(self)
@@ -770,17 +770,22 @@ class UncontendedPlay:
         return np.concatenate([s.route for s in plan.shapes]), np.concatenate(plan.carried)
 
     def resource_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(resource, first use, last use) of every resource the play used (worked out once:
-        the run's checks ask twice)."""
-        if self._spans is not None:
-            return self._spans
-        shapes = [k for k, (first, last) in enumerate(zip(self.first_start, self.last_end))
+        """(resource, first use, last use) of every resource the play used (none before it
+        is solved)."""
+        if self._spans is None:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        return self._spans
+
+    def _spans_of(self, first_start: list[np.ndarray | None],
+                  last_end: list[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """resource_spans from each shape's first start and last end per slot."""
+        shapes = [k for k, (first, last) in enumerate(zip(first_start, last_end))
                   if first is not None and last is not None]
         if not shapes:
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
         flow, used, inverse = self.plan.resources_of(tuple(shapes))
-        lo = np.concatenate([self.first_start[k] for k in shapes])[flow]
-        hi = np.concatenate([self.last_end[k] for k in shapes])[flow]
+        lo = np.concatenate([first_start[k] for k in shapes])[flow]
+        hi = np.concatenate([last_end[k] for k in shapes])[flow]
         first = np.full(used.size, np.inf)
         last = np.full(used.size, -np.inf)
         np.minimum.at(first, inverse, lo)
@@ -788,8 +793,7 @@ class UncontendedPlay:
         kept = np.isfinite(first)  # not the resources of a whole's slots that no step used
         if not kept.all():
             used, first, last = used[kept], first[kept], last[kept]
-        self._spans = (used, first, last)
-        return self._spans
+        return used, first, last
 
 
 # per machine (its cluster, while it lives): per _pairs_key, PlayPlan._structure's answer
