@@ -1105,7 +1105,11 @@ def _best_by_key(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.
     """Per distinct key (sorted): the least weight, how many entries have it, and one of them."""
     order = np.lexsort((weights, keys))
     keys, weights = keys[order], weights[order]
-    distinct, first, group = np.unique(keys, return_index=True, return_inverse=True)
+    # sorted already: each key's first entry is where it differs from the one before
+    starts = np.ones(keys.size, dtype=bool)
+    np.not_equal(keys[1:], keys[:-1], out=starts[1:])
+    first = np.flatnonzero(starts)
+    group = np.cumsum(starts) - 1
     best = weights[first]
-    count = np.bincount(group.ravel(), weights=weights == best[group.ravel()], minlength=distinct.size)
-    return distinct, best, count.astype(np.int64), order[first]
+    count = np.bincount(group, weights=weights == best[group], minlength=first.size)
+    return keys[first], best, count.astype(np.int64), order[first]
