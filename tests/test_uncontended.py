@@ -716,8 +716,6 @@ def test_schedules_between_the_same_pairs_share_one_plan_of_their_shapes(monkeyp
     """DDP's buckets of every size all-reduced by halving-doubling move between the same pairs
     step by step: their plans share the shapes worked out (and checked) once per machine,
     and play as the flow network times them."""
-    import weakref
-
     import simpy
 
     from gansim.collectives import schedules
@@ -727,18 +725,19 @@ def test_schedules_between_the_same_pairs_share_one_plan_of_their_shapes(monkeyp
     cluster = Cluster(topo, 12, simpy.Environment())
     participants = tuple(cluster.rank_nodes)
     halving = schedules.ALGORITHMS.get("halving_doubling")
-    small, large = (uncontended.PlayPlan.build(cluster, halving(12, count), participants, 4.0 * count)
+    structures: dict = {}
+    small, large = (uncontended.PlayPlan.build(cluster, halving(12, count), participants, 4.0 * count, structures)
                     for count in (1_000, 100_003))
     assert small is not None and large is not None
     assert small.shapes is large.shapes and small.step_shape is large.step_shape
     assert small.bytes_per_element == large.bytes_per_element == 4.0
-    monkeypatch.setattr(uncontended, "_STRUCTURES", weakref.WeakKeyDictionary())  # forgotten: built anew
-    alone = uncontended.PlayPlan.build(cluster, halving(12, 100_003), participants, 4.0 * 100_003)
+    alone = uncontended.PlayPlan.build(cluster, halving(12, 100_003), participants, 4.0 * 100_003, {})
     assert alone.shapes is not large.shapes and alone.step_shape == large.step_shape
     for own, shared in zip(alone.shapes, large.shapes):
         for name in ("src", "dst", "route", "latency", "rate"):
             assert np.array_equal(getattr(own, name), getattr(shared, name)), name
-    tree = uncontended.PlayPlan.build(cluster, schedules.ALGORITHMS.get("tree")(12, 1_000), participants, 4e3)
+    tree = uncontended.PlayPlan.build(cluster, schedules.ALGORITHMS.get("tree")(12, 1_000), participants, 4e3,
+                                      structures)
     assert tree is None or tree.shapes is not large.shapes
     # and a GAN's buckets so played time as on the flow network
     played, plays = run(monkeypatch, "multi_node", "halving_doubling", GAN, plays=True, overlap=True)

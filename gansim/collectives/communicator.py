@@ -78,6 +78,8 @@ class Communicator:
     # per (schedule, bytes): the schedule (kept alive, so its id stays its own) and its
     # plan, or None where it is contended
     _plans: dict[tuple[int, float], tuple[Schedule, PlayPlan | None]] = field(default_factory=dict)
+    # the shapes of plans that move between the same pairs, shared (PlayPlan.build)
+    _structures: dict = field(default_factory=dict)
     # per (schedule, steps in its head): the schedule (kept alive) and its two parts
     _splits: dict[tuple[int, int], tuple[Schedule, Schedule, Schedule]] = field(default_factory=dict)
     _nccl: nccl.NcclState | None = field(default=None, repr=False)
@@ -95,7 +97,7 @@ class Communicator:
         key = (id(schedule), nbytes)
         if key not in self._plans:
             self._plans[key] = (schedule, PlayPlan.build(self.cluster, schedule, _participants(self.cluster, schedule),
-                                                         nbytes))
+                                                         nbytes, self._structures))
         return self._plans[key][1]
 
     def split(self, schedule: Schedule, head: int) -> tuple[Schedule, Schedule]:

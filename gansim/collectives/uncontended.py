@@ -33,7 +33,6 @@ flow network's figures to the last digit; tests/test_uncontended.py holds the tw
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -131,19 +130,21 @@ class PlayPlan:
     _ring_run: list["_RingRun | None"] = field(default_factory=list, repr=False)  # and `ring_run`'s
 
     @classmethod
-    def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...],
-              nbytes: float) -> "PlayPlan | None":
+    def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...], nbytes: float,
+              structures: dict | None = None) -> "PlayPlan | None":
         """The plan of `schedule`, or None when the schedule is not uncontended. Schedules
         that move between the same pairs step by step (one algorithm's for DDP's buckets of
-        every size) share their shapes, worked out and checked once per machine."""
-        key = _pairs_key(schedule, participants)
-        known = _STRUCTURES.setdefault(cluster, {})
-        if key is None or key not in known:
-            found = cls._structure(cluster, schedule, participants)
-            if key is not None:
-                known[key] = found
+        every size) share their shapes through `structures` (one table per machine, kept by
+        its caller), worked out and checked once."""
+        key = None if structures is None else _pairs_key(schedule, participants)
+        if structures is not None and key is not None and key in structures:
+            found = structures[key]
         else:
-            found = known[key]
+            shaped = cls._structure(cluster, schedule, participants)
+            # (a table for `resources_of` goes with the shapes: it is the same for all)
+            found = None if shaped is None else (*shaped, {})
+            if structures is not None and key is not None:
+                structures[key] = found
         if found is None:
             return None
         shapes, step_shape, resources = found
@@ -151,10 +152,10 @@ class PlayPlan:
                    _resources=resources)
 
     @staticmethod
-    def _structure(cluster: Cluster, schedule: Schedule, participants: tuple[str, ...]) -> tuple[
-            list[_Shape], list[int], dict] | None:
-        """The shapes of a schedule's steps, which shape each step has, and a table for
-        `resources_of` (empty); None when the schedule is not uncontended."""
+    def _structure(cluster: Cluster, schedule: Schedule,
+                   participants: tuple[str, ...]) -> tuple[list[_Shape], list[int]] | None:
+        """The shapes of a schedule's steps and which shape each step has; None when the
+        schedule is not uncontended."""
         n_part = len(participants)
         shapes: list[_Shape] = []
         step_shape: list[int] = []
@@ -211,7 +212,7 @@ class PlayPlan:
                 step_shape.append(index)
         if not _never_bind(net.capacity, *_distinct_users(pair_users, pair_loads, n_part)):  # (2)
             return None
-        return shapes, step_shape, {}
+        return shapes, step_shape
 
     def resources_of(self, shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For the slots of these shapes, one after another: per (slot, resource it crosses),
@@ -794,10 +795,6 @@ class UncontendedPlay:
         if not kept.all():
             used, first, last = used[kept], first[kept], last[kept]
         return used, first, last
-
-
-# per machine (its cluster, while it lives): per _pairs_key, PlayPlan._structure's answer
-_STRUCTURES: "weakref.WeakKeyDictionary[Cluster, dict]" = weakref.WeakKeyDictionary()
 
 
 def _pairs_key(schedule: Schedule, participants: tuple[str, ...]) -> tuple | None:
