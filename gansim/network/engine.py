@@ -203,7 +203,7 @@ def _successors(graph: FrozenGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.n
     has = rows >= 0
     # as the platform's index type, which every array indexed with them wants (not the tables' 32 bits)
     found = rows[has].astype(np.intp)
-    found_from = np.broadcast_to(nodes[:, None], rows.shape)[has]
+    found_from = nodes.repeat(has.sum(axis=1))  # each node once per successor, in row order
     wide = nodes[graph.wide[nodes]]
     if not wide.size:
         return found_from, found

@@ -46,42 +46,51 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     if pair_flow.size == 0:
         return rates
     weighted = pair_weight is not None and not bool((pair_weight == 1.0).all())
-    used, local = unique_inverse(pair_res)
-    if used.size == pair_res.size:
+    weight_of = pair_weight if weighted else None
+    if capacity.size <= 8 * pair_res.size + 4096:
+        # resources numbered as the network numbers them: arrays of all of them cost less
+        # than finding the few used (an event's problem is small, and so is the network)
+        res_of, remaining = pair_res, capacity.astype(float)
+        users = np.bincount(res_of, minlength=capacity.size)
+    else:
+        used, res_of = unique_inverse(pair_res)
+        remaining = capacity[used].astype(float)
+        users = np.bincount(res_of, minlength=used.size)
+    if not bool((users > 1).any()):
         # what a resource alone gives its flow: its capacity over the flow's weight on it
         alone = capacity[pair_res] / pair_weight if weighted else capacity[pair_res]
         return _unshared_rates(pair_flow, alone, flows)
-    remaining = capacity[used].astype(float)
-    frozen = np.zeros(flows, dtype=bool)
+    size = remaining.size
+    counts = users if weight_of is None else np.bincount(res_of, weights=weight_of, minlength=size)
     # a flow with an empty route (src == dst) is never constrained
     constrained = np.zeros(flows, dtype=bool)
     constrained[pair_flow] = True
     rates[~constrained] = np.inf
-    frozen[~constrained] = True
-    active_pairs = np.ones(pair_flow.size, dtype=bool)
-    while active_pairs.any():
-        if weighted:
-            counts = np.bincount(local[active_pairs], weights=pair_weight[active_pairs], minlength=used.size)
-        else:
-            counts = np.bincount(local[active_pairs], minlength=used.size)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(counts > 0, remaining / np.where(counts > 0, counts, 1), np.inf)
+    # the pairs of the flows not frozen yet, kept in their order (so each resource's weights
+    # are summed in the same order every round)
+    flow_of = pair_flow
+    share = np.empty(size)
+    newly = np.zeros(flows, dtype=bool)
+    while True:
+        share.fill(np.inf)
+        np.divide(remaining, counts, out=share, where=counts > 0)
         level = share.min()
         tight = share <= level * (1 + 1e-12)
-        hit = active_pairs & tight[local]
-        newly = np.zeros(flows, dtype=bool)
-        newly[pair_flow[hit]] = True
-        newly &= ~frozen
+        newly[flow_of[tight[res_of]]] = True
         rates[newly] = level
-        frozen |= newly
-        newly_pairs = newly[pair_flow]
-        if weighted:
-            remaining -= level * np.bincount(local[newly_pairs], weights=pair_weight[newly_pairs], minlength=used.size)
-        else:
-            remaining -= level * np.bincount(local[newly_pairs], minlength=used.size)
+        newly_pairs = newly[flow_of]
+        freed = np.bincount(res_of[newly_pairs], weights=None if weight_of is None else weight_of[newly_pairs],
+                            minlength=size)
+        remaining -= level * freed
         np.maximum(remaining, 0.0, out=remaining)
-        active_pairs &= ~newly_pairs
-    return rates
+        left = ~newly_pairs
+        flow_of, res_of = flow_of[left], res_of[left]
+        if not flow_of.size:
+            return rates
+        if weight_of is not None:
+            weight_of = weight_of[left]
+        newly[:] = False
+        counts = np.bincount(res_of, weights=weight_of, minlength=size)
 
 
 def _unshared_rates(pair_flow: np.ndarray, pair_capacity: np.ndarray, flows: int) -> np.ndarray:
