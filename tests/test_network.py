@@ -156,12 +156,15 @@ def _progressive_filling(routes, capacity):
     return rates
 
 
+@pytest.mark.parametrize("network", ["small", "large"])
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("shared", ["none", "all", "some"])
-def test_max_min_rates_match_progressive_filling(shared, seed):
+def test_max_min_rates_match_progressive_filling(shared, seed, network):
     """Flows that share no resource ("none"), that all pick theirs at random ("all"), or a
     mix of both (flows alone on their resources beside flows that share theirs, which the
-    filling treats apart), with capacities within the freezing tolerance of each other."""
+    filling treats apart), with capacities within the freezing tolerance of each other; in a
+    network of 60 resources, and spread over one of 60,000 (max_min_rates then numbers the
+    resources it uses rather than working over all of the network's)."""
     rng = np.random.default_rng(7 + 100 * seed + len(shared))
     capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5, 2.5 * (1 - 2e-13)], size=60)
     routes = []
@@ -176,7 +179,12 @@ def test_max_min_rates_match_progressive_filling(shared, seed):
             routes.append(sorted(int(free.pop()) for _ in range(length)))
     pair_flow = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
     pair_res = np.concatenate([np.array(r) for r in routes])
-    assert max_min_rates(pair_flow, pair_res, len(routes), capacity).tolist() == _progressive_filling(routes, capacity)
+    expected = _progressive_filling(routes, capacity)
+    if network == "large":
+        spread = np.full(60_000, 1.0)
+        spread[np.arange(60) * 1000] = capacity
+        capacity, pair_res = spread, pair_res * 1000
+    assert max_min_rates(pair_flow, pair_res, len(routes), capacity).tolist() == expected
 
 
 def test_ragged_ranges_are_each_rows_positions_end_to_end():
