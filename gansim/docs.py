@@ -92,11 +92,10 @@ def _percent(value: float) -> str:
 @lru_cache(maxsize=None)
 def published_error_table() -> tuple[str, str]:
     """`gansim validate --published`'s two tables: the summary per system and every point."""
-    from gansim.prediction.published import compare, error_table, load_published
+    from gansim.prediction.published import error_table, shipped_comparisons
 
-    files = load_published()
-    rows = [row for f in files for row in compare(f)]
-    summary, points = error_table(files, rows).split("\n\n")
+    files, rows = shipped_comparisons()
+    summary, points = error_table(files, list(rows)).split("\n\n")
     return summary, points
 
 
@@ -320,7 +319,13 @@ def speedup_svg(scenario: str = "paper-table3") -> str:
     return "\n".join(parts) + "\n"
 
 
-FIGURES = {SPEEDUP_FIGURE: speedup_svg}
+def _band_errors() -> str:
+    from gansim.prediction.bands import band_errors_json
+
+    return band_errors_json()
+
+
+FIGURES = {SPEEDUP_FIGURE: speedup_svg, "gansim/prediction/band_errors.json": _band_errors}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ Two errors are known, and only these are counted:
   error in the size band of the workload's all-reduce messages, as `gansim validate
   --published` measures it on the shipped nccl-tests measurements of real systems
   (gansim/prediction/published.py: the median |error| over every system's points in that
-  band), computed here from the shipped files. On the profile's own machine it is the
-  all-reduce cost the calibration fitted to its measured all-reduces: the median |relative
-  residual| of that fit over its points (``fit.residuals``; in-sample, so a lower bound of
-  its error at world sizes it did not measure). The communication's share of the step
-  moves by it.
+  band), worked out from the shipped files and kept in band_errors.json beside this
+  module. On the profile's own machine it is the all-reduce cost the calibration fitted to
+  its measured all-reduces: the median |relative residual| of that fit over its points
+  (``fit.residuals``; in-sample, so a lower bound of its error at world sizes it did not
+  measure). The communication's share of the step moves by it.
 
 The band is [step - (spread x step + error x communication), step + the same], where the
 communication is the simulation's, on the step's critical path (what it adds to the step); the
@@ -27,13 +27,15 @@ count it as zero.
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Optional
 
 from gansim.calibration.profile.schema import Profile
 from gansim.core.config import TrainingOptions
-from gansim.prediction.published import BANDS, compare, load_published, summarize
+from gansim.prediction.published import BANDS, shipped_comparisons, summarize
 from gansim.runner.record import RunRecord
 from gansim.training.step import gradient_message_sizes
 from gansim.training.workloads import GanWorkload
@@ -67,16 +69,37 @@ class CommunicationError:
     source: str
 
 
-@functools.lru_cache(maxsize=1)
-def band_errors() -> dict[str, Optional[float]]:
+# band_errors() as a file in the package: working it out predicts every shipped published
+# point (seconds), which every `predict --topology` would pay. `python -m gansim.docs` writes
+# it and, with --check (tests/test_docs.py), fails while it differs from what the model gives.
+BAND_ERRORS_FILE = Path(__file__).with_name("band_errors.json")
+
+
+def measured_band_errors() -> dict[str, Optional[float]]:
     """Size band -> median |error| of the communication model over the shipped published
     measurements in it (None without points), as `gansim validate --published` reports it."""
-    rows = [row for published in load_published() for row in compare(published)]
+    rows = list(shipped_comparisons()[1])
     out: dict[str, Optional[float]] = {}
     for name, low, high in BANDS:
         summary = summarize(rows, low, high)
         out[name] = summary.median_abs_error if summary.points else None
     return out
+
+
+def band_errors_json() -> str:
+    """What BAND_ERRORS_FILE holds: measured_band_errors() now."""
+    return json.dumps({"about": "median |error| of the communication model per message-size band over the shipped "
+                                "published measurements (gansim validate --published); written by python -m "
+                                "gansim.docs", "band_errors": measured_band_errors()}, indent=2) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def band_errors() -> dict[str, Optional[float]]:
+    """measured_band_errors(), as BAND_ERRORS_FILE keeps it (worked out where it is missing)."""
+    try:
+        return json.loads(BAND_ERRORS_FILE.read_text(encoding="utf-8"))["band_errors"]
+    except FileNotFoundError:
+        return measured_band_errors()
 
 
 def published_error(band: str) -> CommunicationError:

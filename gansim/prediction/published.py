@@ -9,6 +9,7 @@ nothing in a file is read by the model except its topology and the sizes."""
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from dataclasses import dataclass
@@ -223,6 +224,14 @@ def compare(published: PublishedFile) -> list[PointComparison]:
             rows.append(PointComparison(spec.name, m.op, size, busbw, p.busbw_GBps, p.time_us, p.algorithm,
                                         p.protocol, p.channels))
     return rows
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_comparisons() -> tuple[list[PublishedFile], tuple[PointComparison, ...]]:
+    """Every shipped published file and every point of theirs compared (`compare`), worked
+    out once per process: the docs' tables and the band errors both read them."""
+    files = load_published()
+    return files, tuple(row for published in files for row in compare(published))
 
 
 def predicted_curves(published: PublishedFile) -> dict[str, list[tuple[int, float]]]:
