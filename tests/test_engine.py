@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import simpy
 
-from gansim.network.engine import COMPUTE, DELAY, FLOW, SOLVED, TaskGraph, execute
+from gansim.network.engine import COMPUTE, DELAY, FLOW, SOLVED, TaskGraph, _chain_successors, execute
 from gansim.network.flows import FlowNetwork
 
 CAPACITY = np.array([1.0, 12.5e9, 25e9, 1.0])  # a GPU's compute, two links, a spare resource
@@ -22,14 +22,18 @@ def network(env: simpy.Environment) -> FlowNetwork:
     return net
 
 
-def random_graph(seed: int, tasks: int = 400, with_flow: bool = False) -> tuple[TaskGraph, list]:
+def random_graph(seed: int, tasks: int = 400, with_flow: bool = False, chains: bool = False) -> tuple[TaskGraph, list]:
     """Delays (some of no time, some alone on a route) and solved tasks, each depending on
-    up to three earlier ones; returns the graph and, per task, (kind, route, amount, preds)."""
+    up to three earlier ones (with `chains`, half of them on the one before alone: runs of
+    tasks that each only the next waits for); returns the graph and, per task, (kind, route,
+    amount, preds)."""
     rng = np.random.default_rng(seed)
     graph = TaskGraph()
     spec = []
     for i in range(tasks):
         preds = sorted(set(rng.integers(0, i, size=rng.integers(0, 4)).tolist())) if i else []
+        if chains and i and rng.random() < 0.5:
+            preds = [i - 1]
         roll = rng.random()
         if roll < 0.2:
             kind, route, amount = DELAY, -1, 0.0
@@ -91,6 +95,20 @@ def test_a_graph_without_flows_is_timed_in_waves_as_the_events_time_it(seed):
     assert np.array_equal(waves.start, start) and np.array_equal(waves.end, end)
     assert np.array_equal(events.start[:n], start) and np.array_equal(events.end[:n], end)
     assert waves.events < events.events
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_runs_of_delays_that_only_the_next_waits_for_are_timed_as_their_events_time_them(seed):
+    """The engine starts a delay that waits for one task alone, and is that task's only
+    successor, where that task ends without counting its successors (_chain_successors):
+    the same starts and ends, to the last digit, as longest paths give."""
+    env = simpy.Environment()
+    graph, spec = random_graph(seed, with_flow=True, chains=True)
+    frozen = graph.freeze()
+    assert (_chain_successors(frozen, frozen.amount) >= 0).sum() > 50
+    events = execute(frozen, env, network(env))
+    start, end = longest_paths(spec)
+    assert np.array_equal(events.start[:len(spec)], start) and np.array_equal(events.end[:len(spec)], end)
 
 
 def test_a_delay_alone_on_a_route_takes_what_a_flow_alone_on_it_takes():

@@ -285,8 +285,25 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
         np.subtract.at(waiting, succ, 1)
         return distinct(succ[waiting[succ] == 0])
 
+    # a task's one successor that waits for it alone and is a delay of some length: started
+    # where the task ends, with no successors to count and nothing else to dispatch
+    chain_next = _chain_successors(graph, duration)
+
     def complete(done: np.ndarray, now: float) -> None:
         end[done] = now
+        following = chain_next[done]
+        chained = following >= 0
+        if chained.any():
+            following = following[chained]
+            waiting[following] = 0
+            start[following] = now
+            durations = duration[following]
+            for value in distinct(durations):
+                group = following[durations == value]
+                env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
+            done = done[~chained]
+            if not done.size:
+                return
         dispatch(release(done), now)
 
     network.on_complete = complete
@@ -298,6 +315,18 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             break
         events += 1
     return _finished(start, end, events)
+
+
+def _chain_successors(graph: FrozenGraph, duration: np.ndarray) -> np.ndarray:
+    """Per task, its successor where it has one, that successor waits for nothing else and is
+    a delay of positive duration; else -1."""
+    n = graph.size
+    chain = np.full(n, -1, dtype=np.int64)
+    one = np.flatnonzero(np.diff(graph.succ_ptr) == 1)
+    following = graph.succ[graph.succ_ptr[one]].astype(np.int64)
+    plain = (graph.indegree[following] == 1) & (graph.kind[following] == DELAY) & (duration[following] > 0)
+    chain[one[plain]] = following[plain]
+    return chain
 
 
 def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Execution:
