@@ -12,8 +12,9 @@ command is stopped at three times its bound in CPU seconds (--stop-at; its figur
 lower bounds, marked >), which other work on the machine does not move; with a larger
 --stop-at and --block shapes-past-bound, what the shapes past their bound cost in full (--env
 raises a limit for every command, e.g. GANSIM_MAX_TASKS for `predict`, and the table says so). Machines are 8 GPUs each; an all-reduce moves 256 MiB; a GAN trains `dcgan`
-for 10 steps with DDP buckets. `predict` (at 1,024 ranks) needs a calibration profile: --profile, else a
-tiny one is calibrated first (torch, a minute)."""
+for 10 steps with DDP buckets. `predict` (at 1,024 ranks, on the calibrated host) and `predict_topology`
+(the same profile on NVSwitch machines) need a calibration profile: --profile, else a tiny one is
+calibrated first (torch, a minute)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,10 @@ EXTRA = {s.name: s for s in (
           nvswitch_machines, GAN, "halving_doubling", 10, {"overlap": True}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
+# the same profile predicted on NVSwitch machines (its compute moved there by the roofline,
+# from the host figures below: the command's cost, not its prediction, is what is measured)
+PREDICT_TOPOLOGY = "predict_topology"
+HOST_FIGURES = ["--measured-tflops", "1", "--measured-memory-bandwidth-GBps", "50"]
 PREDICT_RANKS = 1024  # the size it is held to
 HUGE = ("nccl", "gan_ddp_nccl", "rail_nccl", "rail_gan_ddp_nccl")  # the shapes run at 100,000 GPUs with --huge
 
@@ -138,7 +143,7 @@ def calibrated_profile(folder: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1024,16384", help="GPU counts (each with its bound: 1024, 16384)")
-    parser.add_argument("--shapes", default=",".join([*SHAPES, PREDICT]),
+    parser.add_argument("--shapes", default=",".join([*SHAPES, PREDICT, PREDICT_TOPOLOGY]),
                         help=f"default: every shape held to a bound; also {', '.join(EXTRA)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--huge", action="store_true", help=f"also {', '.join(HUGE)} at 100,000 GPUs")
@@ -159,9 +164,9 @@ def main() -> int:
     if unknown:
         parser.error(f"--sizes: no bound for {unknown}; one of {sorted(BOUNDS)}")
     names = [n for n in args.shapes.split(",") if n]
-    bad = [n for n in names if n not in SHAPES and n not in EXTRA and n != PREDICT]
+    bad = [n for n in names if n not in SHAPES and n not in EXTRA and n not in (PREDICT, PREDICT_TOPOLOGY)]
     if bad:
-        parser.error(f"--shapes: unknown {bad}; one of {[*SHAPES, PREDICT, *EXTRA]}")
+        parser.error(f"--shapes: unknown {bad}; one of {[*SHAPES, PREDICT, PREDICT_TOPOLOGY, *EXTRA]}")
     gansim = [sys.executable, "-m", "gansim"]
     load = os.getloadavg()
     rows = []
@@ -170,13 +175,20 @@ def main() -> int:
         cases: list[tuple[str, str, int, list[str], dict]] = []
         for gpus in sizes:
             for name in names:
-                if name == PREDICT:
+                if name in (PREDICT, PREDICT_TOPOLOGY):
                     if gpus != PREDICT_RANKS:
                         continue
                     profile = args.profile or folder / "profile.json"
-                    cases.append((PREDICT, "`gansim predict --world-sizes N`, calibrated CPU host", gpus,
-                                  gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)],
-                                  dict(extra_env)))
+                    command = gansim + ["predict", "--profile", str(profile), "--world-sizes", str(gpus)]
+                    what = "`gansim predict --world-sizes N`, calibrated CPU host"
+                    if name == PREDICT_TOPOLOGY:
+                        topology = folder / f"{name}-{gpus}.yaml"
+                        topology.write_text(yaml.safe_dump({"name": f"{name}-{gpus}", **nvswitch_machines(gpus)},
+                                                           sort_keys=False))
+                        command += ["--topology", str(topology), *HOST_FIGURES]
+                        what = (f"the same profile, `--topology` NVSwitch machines (`{' '.join(HOST_FIGURES)}`: "
+                                f"the host's figures for the roofline)")
+                    cases.append((name, what, gpus, command, dict(extra_env)))
                     continue
                 shape = SHAPES.get(name) or EXTRA[name]
                 path = scenario_file(folder, shape, gpus)
@@ -188,7 +200,7 @@ def main() -> int:
                 path = scenario_file(folder, shape, 100_000)
                 cases.append((name, shape.what, 100_000, gansim + ["simulate", str(path), "--out",
                                                                      str(folder / "out" / path.stem)], dict(extra_env)))
-        if any(name == PREDICT for name, *_ in cases) and args.profile is None:
+        if any(name in (PREDICT, PREDICT_TOPOLOGY) for name, *_ in cases) and args.profile is None:
             calibrated_profile(folder)
         # bytecode written once, as a pip install leaves it
         subprocess.run(gansim + ["--help"], stdout=subprocess.DEVNULL, env=AS_INSTALLED, check=True)

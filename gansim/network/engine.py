@@ -273,6 +273,8 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
                 for value in distinct(d):
                     group = timed[d == value]
                     env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
+            if not instant.size:
+                break
             # zero-length tasks end now; continue with whatever they release
             end[instant] = now
             ready = release(instant)
