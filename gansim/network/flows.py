@@ -47,9 +47,10 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
         return rates
     weighted = pair_weight is not None and not bool((pair_weight == 1.0).all())
     weight_of = pair_weight if weighted else None
-    if capacity.size <= 8 * pair_res.size + 4096:
+    if capacity.size <= 2 * pair_res.size + 4096:
         # resources numbered as the network numbers them: arrays of all of them cost less
-        # than finding the few used (an event's problem is small, and so is the network)
+        # than finding the few used (an event's problem is small, and so is the network);
+        # not where every round would then go over many more resources than the problem has
         res_of, remaining = pair_res, capacity.astype(float)
         users = np.bincount(res_of, minlength=capacity.size)
     else:
