@@ -113,6 +113,8 @@ def main() -> int:
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--block", default="predict-events")
     args = parser.parse_args()
+    if args.every < 1 or args.world_size < 2:
+        parser.error("--every must be at least 1 and --world-size at least 2")
     with tempfile.TemporaryDirectory() as scratch:
         profile = args.profile or calibrated_profile(Path(scratch))
         runs, solved, groups, seconds = count_events(profile, args.world_size, args.every)
