@@ -337,6 +337,26 @@ def test_an_optimizer_stepped_inside_another_optimizers_step_is_part_of_that_ste
     assert 4 * (8 * 32 + 32 + 32 * 16 + 16) in buckets["generator"]
 
 
+def test_a_rank_whose_libraries_abort_in_the_interpreters_teardown_keeps_its_results(tmp_path):
+    """A library object that aborts the process when the interpreter is torn down (as a C++
+    thread left joinable does: `terminate called without an active exception`, SIGABRT),
+    after the rank delivered its results: each rank leaves without that teardown, its exit
+    handlers run, and the run is whole."""
+    script = tmp_path / "aborts_at_teardown.py"
+    marker = tmp_path / "exit-handlers-ran"
+    script.write_text(
+        "import atexit, builtins, os, pathlib, torch.distributed\n"
+        "class AbortsAtTeardown:\n"
+        "    def __del__(self):\n"
+        "        os.abort()\n"
+        "builtins._aborts_at_teardown = AbortsAtTeardown()\n"
+        f"atexit.register(lambda: pathlib.Path({str(marker)!r} + os.environ['RANK']).write_text('ran'))\n"
+        + UNMARKED_GAN)
+    result = run_local(RunConfig(steps=4, warmup=1, timeout_s=60), 2, (), script=ScriptSpec(str(script), ()))["script"]
+    assert result["d_steps"] == [2, 2, 2]  # UNMARKED_GAN's, as when nothing aborts
+    assert [(tmp_path / f"exit-handlers-ran{rank}").read_text() for rank in (0, 1)] == ["ran", "ran"]
+
+
 def test_a_ddp_hook_that_compresses_records_what_it_puts_on_the_wire(tmp_path):
     """fp16_compress_hook all-reduces each bucket cast to half precision: the recorded
     all-reduce is that half-size tensor, not the float32 bucket DDP hands the hook."""

@@ -72,6 +72,7 @@ at which it fires.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import itertools
 import os
@@ -170,6 +171,21 @@ def _user_line(tb: Any, script: str) -> str:
     return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
 
 
+def _leave_delivered() -> None:
+    """Ends a rank whose results and `done` have reached the parent (the queue's feeder has
+    flushed them): its exit handlers run and its output is flushed, then it exits 0 without
+    the interpreter's teardown. There a library's C++ thread left joinable (torch's, gloo's,
+    a script's) aborts the process (`terminate called without an active exception`,
+    SIGABRT), which would fail a run whose every figure was already delivered."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
 def _rank_main(place: RankPlace, cfg: RunConfig, tasks: tuple[str, ...], rendezvous: tuple[str, int],
                q: Any, arrays: dict, parent_pid: int, script: Optional[ScriptSpec] = None) -> None:
     """Entry point of a spawned rank."""
@@ -194,7 +210,7 @@ def _rank_main(place: RankPlace, cfg: RunConfig, tasks: tuple[str, ...], rendezv
             q.put(("done", rank))
             q.close()
             q.join_thread()
-            return
+            _leave_delivered()
         rep.set("init_process_group")
         if cfg.backend == "nccl":
             torch.cuda.set_device(rank)
@@ -219,6 +235,7 @@ def _rank_main(place: RankPlace, cfg: RunConfig, tasks: tuple[str, ...], rendezv
         q.put(("done", rank))
         q.close()
         q.join_thread()
+        _leave_delivered()
     except BaseException as exc:  # report, then leave at once (peers may be gone)
         info = {
             "phase": rep.current,
