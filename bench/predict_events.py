@@ -28,26 +28,15 @@ import gansim.network.flows as flows  # noqa: E402
 from gansim.network.engine import COMPUTE, FLOW  # noqa: E402
 import gansim.training.step as step  # noqa: E402
 from gansim.cli.main import main as gansim_main  # noqa: E402
+from gansim.topology.paths import components  # noqa: E402
 
 
 def largest_group(pair_flow: np.ndarray, pair_res: np.ndarray, count: int) -> int:
-    """Flows in the largest set joined by shared resources (union-find over the pairs)."""
-    parent = list(range(count))
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    holder: dict[int, int] = {}
-    for flow, res in zip(pair_flow.tolist(), pair_res.tolist()):
-        other = holder.setdefault(res, flow)
-        a, b = root(flow), root(other)
-        if a != b:
-            parent[a] = b
-    sizes = np.bincount([root(f) for f in range(count)], minlength=count)
-    return int(sizes.max()) if count else 0
+    """Flows in the largest set joined by shared resources (flows and resources as vertices,
+    each pair an edge)."""
+    resources, at = np.unique(pair_res, return_inverse=True)
+    label = components(count + resources.size, pair_flow, count + at.ravel())
+    return int(np.bincount(label[:count]).max()) if count else 0
 
 
 def count_events(profile: Path, world_size: int, every: int) -> tuple[list[dict], list[int], list[int], float]:

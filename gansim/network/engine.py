@@ -269,16 +269,19 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             instant = delays[durations <= 0.0]
             timed = delays[durations > 0.0]
             if timed.size:
-                d = durations[durations > 0.0]
-                for value in distinct(d):
-                    group = timed[d == value]
-                    env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
+                end_after(timed, durations[durations > 0.0])
             if not instant.size:
                 break
             # zero-length tasks end now; continue with whatever they release
             end[instant] = now
             ready = release(instant)
         network.flush()
+
+    def end_after(tasks: np.ndarray, durations: np.ndarray) -> None:
+        """Each task ends its duration after now: one event per distinct duration."""
+        for value in distinct(durations):
+            group = tasks[durations == value]
+            env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
 
     def release(done: np.ndarray) -> np.ndarray:
         _, succ = _successors(graph, done)
@@ -299,10 +302,7 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             following = following[chained]
             waiting[following] = 0
             start[following] = now
-            durations = duration[following]
-            for value in distinct(durations):
-                group = following[durations == value]
-                env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
+            end_after(following, duration[following])
             done = done[~chained]
             if not done.size:
                 return

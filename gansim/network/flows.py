@@ -45,8 +45,8 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     rates = np.zeros(flows)
     if pair_flow.size == 0:
         return rates
-    weighted = pair_weight is not None and not bool((pair_weight == 1.0).all())
-    weight_of = pair_weight if weighted else None
+    # None where every weight is 1 (counts are then whole numbers of flows)
+    weight_of = pair_weight if pair_weight is not None and not bool((pair_weight == 1.0).all()) else None
     if capacity.size <= 2 * pair_res.size + 4096:
         # resources numbered as the network numbers them: arrays of all of them cost less
         # than finding the few used (an event's problem is small, and so is the network);
@@ -59,7 +59,7 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
         users = np.bincount(res_of, minlength=used.size)
     if not bool((users > 1).any()):
         # what a resource alone gives its flow: its capacity over the flow's weight on it
-        alone = capacity[pair_res] / pair_weight if weighted else capacity[pair_res]
+        alone = capacity[pair_res] / weight_of if weight_of is not None else capacity[pair_res]
         return _unshared_rates(pair_flow, alone, flows)
     size = remaining.size
     counts = users if weight_of is None else np.bincount(res_of, weights=weight_of, minlength=size)
