@@ -107,6 +107,10 @@ EXTRA = {s.name: s for s in (
           {"overlap": True}),
     Shape("gan_ddp_halving_doubling", f"`{GAN}` with DDP buckets, `halving_doubling`, NVSwitch machines",
           nvswitch_machines, GAN, "halving_doubling", 10, {"overlap": True}),
+    Shape("gan_ddp_chunked_ring", f"`{GAN}` with DDP buckets, ring in 2 chunks, NVSwitch machines",
+          nvswitch_machines, GAN, "ring", 10, {"overlap": True, "chunks": 2}),
+    Shape("rail_chunked_ring", "ring all-reduce in 4 chunks, rail-optimised leaf-spine fabric", rail_machines,
+          ALLREDUCE, "ring", options={"chunks": 4}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
 # the same profile predicted on NVSwitch machines (its compute moved there by the roofline,

@@ -130,25 +130,19 @@ def test_a_rings_bytes_per_step_are_read_from_its_windows_without_a_dense_table(
         assert np.array_equal(amounts.at(np.full(16, k), np.arange(16)), step.size * (4.0 / 4))
 
 
-@pytest.mark.parametrize("chunks, gamma, entry, settles", [(4, 0.0, "alike", True), (2, 0.0, "alike", True),
-                                                           (4, 0.0, "staggered", True), (3, 3e-11, "alike", False)])
-def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapolated(monkeypatch, chunks, gamma,
-                                                                                     entry, settles):
-    """A 512-rank ring of 8-GPU machines (7 NVSwitch edges and a NIC edge each, equal shares):
-    played on the ring of 8 closed on itself, its phases of 511 steps from plays of a few
-    hundred where they settle into a regime, the same figures as the whole ring played step
-    by step. Ranks that join at other times in each machine repeat too; ranks that do not
-    repeat are not played so. With 3 chunks and a reduction cost, the all-gather after the
-    reduce-scatter does not settle into a period of 64 steps (its steps vary, by a few us):
-    the ring of 8 is played step by step, to the same figures."""
-    p = 512
+def _machine_ring(p: int, slow_every: int = 8) -> tuple[np.ndarray, np.ndarray, "chunked_ring._Amounts"]:
+    """A ring of p ranks in machines of 8 GPUs (7 NVSwitch edges and a NIC edge each, equal
+    shares of 64 KiB), the NIC edge of every `slow_every` ranks one hop longer."""
     latency = np.tile([3e-6] * 7 + [10e-6], p // 8)
+    latency[slow_every - 1::slow_every] += 1e-6 if slow_every > 8 else 0.0
     rate = np.tile([300e9] * 7 + [25e9], p // 8)
-    steps = 2 * (p - 1)
-    amounts = chunked_ring._Amounts(np.full(3 * p, 65536.0), np.full(steps, p, dtype=np.int64), None)
-    reduce = np.arange(steps) < p - 1
-    joins = np.full(p, 0.5) if entry == "alike" else 0.5 + np.tile(np.arange(8) * 1e-5, p // 8)
-    played = []
+    amounts = chunked_ring._Amounts(np.full(3 * p, 65536.0), np.full(2 * (p - 1), p, dtype=np.int64), None)
+    return latency, rate, amounts
+
+
+def _counting_plays(monkeypatch) -> list[tuple[int, int]]:
+    """(ranks, steps) of every play_chunked_ring call from here on."""
+    played: list[tuple[int, int]] = []
     whole = chunked_ring.play_chunked_ring
 
     def counted(entry, *args):
@@ -156,16 +150,87 @@ def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapola
         return whole(entry, *args)
 
     monkeypatch.setattr(chunked_ring, "play_chunked_ring", counted)
+    return played
+
+
+@pytest.mark.parametrize("p, chunks, gamma, entry, settles", [
+    (512, 4, 0.0, "alike", True), (512, 2, 0.0, "alike", True), (512, 4, 0.0, "staggered", True),
+    (512, 3, 3e-11, "alike", False), (2048, 2, 3e-11, "alike", True), (2048, 3, 3e-11, "alike", False)])
+def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapolated(monkeypatch, p, chunks, gamma,
+                                                                                     entry, settles):
+    """A ring of 8-GPU machines: played on the ring of 8 closed on itself, from plays of a
+    few hundred steps where it settles into a regime, the same figures as the whole ring
+    played step by step. Without a reduction cost its two phases are alike: three plays of
+    190, 254 and 318 steps. With one, the reduce-scatter and the all-gather each settle on
+    their own: six plays of 382 to 510 steps, which only a ring of more steps than that
+    is worth (2,048 ranks: 4,094 steps; at 512 ranks the ring of 8 is played whole); with 3
+    chunks the all-gather does not settle into a period of 64 steps (its steps vary, by a
+    few us) and the ring of 8 is played step by step. Ranks that join at other times in
+    each machine repeat too; ranks that do not repeat are not played so."""
+    latency, rate, amounts = _machine_ring(p)
+    steps = 2 * (p - 1)
+    reduce = np.arange(steps) < p - 1
+    joins = np.full(p, 0.5) if entry == "alike" else 0.5 + np.tile(np.arange(8) * 1e-5, p // 8)
+    whole = chunked_ring.play_chunked_ring
+    played = _counting_plays(monkeypatch)
     fast = chunked_ring.play_periodic_chunked_ring(joins, latency, rate, amounts, reduce, gamma, chunks)
     monkeypatch.undo()
     assert fast is not None and played and all(ranks == 8 for ranks, _ in played)
     assert all(length < 600 for _, length in played) == settles
-    slow = whole(joins, latency, rate, amounts, reduce, gamma, chunks)
+    if gamma == 0:
+        assert [length for _, length in played] == [190, 254, 318]
+    if p <= 512:
+        slow = whole(joins, latency, rate, amounts, reduce, gamma, chunks)
+    else:  # (the ring of 8 played whole stands for the whole ring: the cases above check that)
+        small = chunked_ring._Amounts(np.full(24, 65536.0), np.full(steps, 8, dtype=np.int64), None)
+        slow = tuple(np.tile(a, p // 8) for a in whole(joins[:8], latency[:8], rate[:8], small, reduce, gamma, chunks))
     for got, want in zip(fast, slow):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
     different = joins.copy()
     different[100] += 1e-6
     assert chunked_ring.play_periodic_chunked_ring(different, latency, rate, amounts, reduce, gamma, chunks) is None
+
+
+def test_a_ring_that_repeats_only_over_many_machines_is_played_on_one_period(monkeypatch):
+    """A rail fabric's ring repeats leaf group by leaf group (its crossings between groups are
+    one link longer), not machine by machine: played whole on one period, here 128 of 512
+    ranks, the same figures as the whole ring."""
+    p = 512
+    latency, rate, amounts = _machine_ring(p, slow_every=128)
+    reduce = np.arange(2 * (p - 1)) < p - 1
+    joins = np.full(p, 0.25)
+    whole = chunked_ring.play_chunked_ring
+    played = _counting_plays(monkeypatch)
+    fast = chunked_ring.play_periodic_chunked_ring(joins, latency, rate, amounts, reduce, 0.0, 2)
+    monkeypatch.undo()
+    assert played == [(128, 2 * (p - 1))]
+    for got, want in zip(fast, whole(joins, latency, rate, amounts, reduce, 0.0, 2)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_joins_that_differ_by_rounding_are_played_as_one():
+    """Joining times go on a grid of a power of 2 at most 2^-40 of the ring's time scale:
+    those a rounding apart land on one point, each point within half a grid step of its join."""
+    scale = 3e-3
+    joins = np.array([0.0, 1.0549e-5, 7.04e-6, 3.52e-6])
+    noisy = joins + np.array([0.0, 6.9e-18, -3.5e-18, 1.4e-17])
+    on_grid = chunked_ring.joined_on_grid(joins, scale)
+    assert np.array_equal(chunked_ring.joined_on_grid(noisy, scale), on_grid)
+    step = 2.0 ** (np.floor(np.log2(scale)) - 40)
+    assert step <= scale * 2.0 ** -40
+    assert np.array_equal(on_grid / step, np.round(on_grid / step))
+    assert np.abs(on_grid - joins).max() <= step / 2
+    assert chunked_ring.joined_on_grid(joins, 0.0) is joins
+
+
+def test_a_gans_buckets_that_join_alike_each_step_are_played_once(monkeypatch):
+    """DDP's buckets join each training step as they did the step before (but for rounding):
+    each bucket's chunked ring is played once a run, the same figures as the flow network's
+    (test_a_gan_step_with_chunked_rings_times_like_the_flow_network)."""
+    played = _counting_plays(monkeypatch)
+    _, plays = run(monkeypatch, TOPOLOGIES["multi_node"], GAN, True, 12, steps=4, overlap=True, chunks=4)
+    solved = [p for p in plays if isinstance(p, ChunkedRingPlay)]
+    assert len(solved) >= 8 and len(played) <= len(solved) // 2
 
 
 def test_a_small_chunked_ring_stays_on_the_flow_network(monkeypatch):

@@ -112,15 +112,24 @@ class ChunkedRingPlay(UncontendedPlay):
             return self.exit_times
         plan = self.plan
         shape = plan.shapes[0]
-        entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
         reduce = np.array(plan.schedule.reduces(), dtype=bool)
         amounts = _Amounts.of(plan, self.chunks)
-        played = play_periodic_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
-                                            self.gamma_s_per_byte, self.chunks)
+        entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
+        # played from the first rank's joining, the others' joins on a grid (joined_on_grid):
+        # the buckets of every training step join alike but for rounding, and each is played
+        # once per run
+        origin = float(entry_t.min())
+        joins = joined_on_grid(entry_t - origin, ring_time_scale(shape.latency, shape.rate, amounts, reduce.size))
+        key = (joins.tobytes(), self.gamma_s_per_byte, self.chunks)
+        played = plan.chunked_plays.get(key)
         if played is None:
-            played = play_chunked_ring(entry_t, shape.latency, shape.rate, amounts, reduce,
-                                       self.gamma_s_per_byte, self.chunks)
-        exits, first, last = played
+            played = play_periodic_chunked_ring(joins, shape.latency, shape.rate, amounts, reduce,
+                                                self.gamma_s_per_byte, self.chunks)
+            if played is None:
+                played = play_chunked_ring(joins, shape.latency, shape.rate, amounts, reduce,
+                                           self.gamma_s_per_byte, self.chunks)
+            plan.chunked_plays[key] = played
+        exits, first, last = (times + origin for times in played)
         self._first, self._last = first, last
         if self._carried is None:
             self._carried = carried_bytes(amounts, plan.participants, len(reduce), self.chunks)
@@ -139,6 +148,29 @@ class ChunkedRingPlay(UncontendedPlay):
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
         flow, res = self.plan.cluster.network.route_pairs(self.plan.shapes[0].route)
         return res, self._first[flow], self._last[flow]
+
+
+# Joining times are played on a grid of 2^-_GRID_BITS of the ring's own time scale
+# (ring_time_scale): far below the 1e-9 the plays are held to against the flow network, far
+# above the rounding that tells the joins of one training step's bucket from the next's
+_GRID_BITS = 40
+
+
+def ring_time_scale(latency: np.ndarray, rate: np.ndarray, amounts: _Amounts, steps: int) -> float:
+    """What the ring's steps take one after another on its slowest edge, each moving the
+    largest transfer alone: the scale of the times its play works out."""
+    values = amounts.base if amounts.base is not None else amounts.dense
+    largest = float(values.max()) if values.size else 0.0
+    return steps * float(np.max(np.asarray(latency, dtype=float) + largest / np.asarray(rate, dtype=float)))
+
+
+def joined_on_grid(joins: np.ndarray, scale: float) -> np.ndarray:
+    """`joins` (seconds after the first) to the nearest multiple of the power of 2 nearest
+    below scale x 2^-_GRID_BITS (exact multiples: scaling by a power of 2 rounds nothing)."""
+    if not scale > 0 or not np.isfinite(scale):
+        return joins
+    step = 2.0 ** (np.floor(np.log2(scale)) - _GRID_BITS)
+    return np.round(joins / step) * step
 
 
 def carried_bytes(amounts: _Amounts, edges: int, steps: int, chunks: int) -> np.ndarray:
@@ -168,27 +200,35 @@ def carried_bytes(amounts: _Amounts, edges: int, steps: int, chunks: int) -> np.
 _SETTLED_STEPS = 128
 _REGIME_STEPS = 64
 _REGIME_RTOL = 1e-12
+# Rings that repeat machine by machine (periods up to this many ranks) are extrapolated so;
+# those that repeat only over a fabric's leaf groups or pods (hundreds or thousands of ranks:
+# a rail fabric's, whose crossings between leaf groups are one link longer) were not seen to
+# settle into a 64-step regime within the ring's 2(p - 1) steps, and are played whole on one period
+_SETTLING_PERIOD_MAX = 64
 
 
 def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, amounts: _Amounts,
                                reduce: np.ndarray, gamma: float,
                                chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """play_chunked_ring's figures for a ring whose ranks repeat every P (P < p: rates,
-    latencies and entries; machines that copy one another, joined alike) and whose every
-    transfer moves the same bytes (a ring's equal shares), from plays of the ring of P
-    closed on itself, which is the same ring: every rank's events are its copy's in each
-    period. Where its phases (the reduce-scatter's K1 steps, then the all-gather's K2)
-    are long, each phase settles into a regime that repeats every _REGIME_STEPS steps,
-    every end later by the same time: plays of the first _SETTLED_STEPS or so steps of each
-    phase, then of one and two regimes more of each, say by how much, and check that it
-    holds, and the ends of the whole phases follow (so a 16,384-rank ring's 32,766 steps
-    are six plays of a few hundred steps on 8 ranks). None where the ranks do not repeat,
-    the bytes differ, or the steps are not one reduce-scatter then one all-gather; where
-    the plays do not settle, the ring of P is played step by step."""
+    latencies and entries; machines that copy one another, joined alike; leaf groups or pods
+    of a fabric) and whose every transfer moves the same bytes (a ring's equal shares), from
+    plays of the ring of P closed on itself, which is the same ring: every rank's events are
+    its copy's in each period. Where its phases (the reduce-scatter's K1 steps, then the
+    all-gather's K2) are long, each phase settles into a regime that repeats every
+    _REGIME_STEPS steps, every end later by the same time: plays of the first _SETTLED_STEPS
+    or so steps of each phase, then of one and two regimes more of each, say by how much, and
+    check that it holds, and the ends of the whole phases follow (so a 16,384-rank ring's
+    32,766 steps are six plays of a few hundred steps on 8 ranks). Without a reduction cost
+    the two phases are alike (a step's phase only says whether its ranks reduce what they
+    received), so the ring is one phase of K1 + K2 steps: three plays. None where the ranks
+    do not repeat, the bytes differ, or the steps are not one reduce-scatter then one
+    all-gather; where the plays do not settle, or would play more steps than the ring has,
+    or P is longer than a machine (_SETTLING_PERIOD_MAX), the ring of P is played step by step."""
     p = entry.size
     same = amounts.same()
-    period = shortest_period(latency, rate, entry)
-    if same is None or period is None or period == p:
+    period = shortest_period(latency, rate, entry, longest=p // 2)
+    if same is None or period is None:
         return None
     k1 = int(np.count_nonzero(reduce))
     k2 = reduce.size - k1
@@ -205,12 +245,27 @@ def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.
 
     tile = _tiler(copies)
     q = _REGIME_STEPS
-    start1 = _SETTLED_STEPS + (k1 - _SETTLED_STEPS) % q
-    start2 = _SETTLED_STEPS + (k2 - _SETTLED_STEPS) % q
-    if k1 < start1 + 2 * q or k2 < start2 + 2 * q:
-        return tile(play(k1, k2))
     # (timed from the first rank's joining, so that the check's precision is the ring's own)
     origin = float(entry.min())
+    if period > _SETTLING_PERIOD_MAX:
+        return tile(play(k1, k2))
+    if gamma == 0:
+        steps = k1 + k2
+        start = _SETTLED_STEPS + (steps - _SETTLED_STEPS) % q
+        if steps <= 3 * start + 3 * q:  # (the three plays would take as many steps as the ring)
+            return tile(play(k1, k2))
+        at, one, two = (play(start + m * q, 0, origin) for m in range(3))
+        exits, first, last = at
+        d_exit, d_last = one[0] - exits, one[2] - last
+        if not (_close(two[0], exits + 2 * d_exit, float(np.abs(two[2]).max()))
+                and _close(two[2], last + 2 * d_last, float(np.abs(two[2]).max()))):
+            return tile(play(k1, k2))
+        m = (steps - start) // q
+        return tile((exits + m * d_exit + origin, first + origin, last + m * d_last + origin))
+    start1 = _SETTLED_STEPS + (k1 - _SETTLED_STEPS) % q
+    start2 = _SETTLED_STEPS + (k2 - _SETTLED_STEPS) % q
+    if k1 < start1 + 2 * q or k2 < start2 + 2 * q or k1 + k2 <= 6 * (start1 + start2) + 8 * q:
+        return tile(play(k1, k2))
     at = play(start1, start2, origin)
     one = play(start1 + q, start2, origin), play(start1, start2 + q, origin)
     two = play(start1 + 2 * q, start2, origin), play(start1, start2 + 2 * q, origin)

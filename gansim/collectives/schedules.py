@@ -402,13 +402,16 @@ class _RingSteps(_LazyRingSteps):
                  n: int, rings: int, phases: tuple[bool, ...]):
         self._arrays = (src, dst, lo3, hi3, size3)
         self._n, self._rings, self._phases = n, rings, phases
+        self._window_starts: list[int] | None = None  # size_windows', once asked for
 
     @property
     def transfers_per_step(self) -> int:
         return int(self._arrays[0].size)
 
     def size_windows(self) -> tuple[np.ndarray, list[int]]:
-        return self._arrays[4], [self._start(k)[0] * self._rings for k in range(len(self))]
+        if self._window_starts is None:  # (a chunked ring's plays read them for every bucket)
+            self._window_starts = [self._start(k)[0] * self._rings for k in range(len(self))]
+        return self._arrays[4], self._window_starts
 
     def equal_shares(self) -> list[float] | None:
         size3 = self._arrays[4]

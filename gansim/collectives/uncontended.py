@@ -128,6 +128,9 @@ class PlayPlan:
     # `periodic`'s form, once worked out (a list, so that None is an answer too)
     _periodic: list["_Periodic | None"] = field(default_factory=list, repr=False)
     _ring_run: list["_RingRun | None"] = field(default_factory=list, repr=False)  # and `ring_run`'s
+    # a chunked ring's plays (gansim/collectives/chunked_ring.py), per (joins, gamma, chunks)
+    chunked_plays: dict[tuple[bytes, float, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, cluster: Cluster, schedule: Schedule, participants: tuple[str, ...], nbytes: float,
