@@ -145,9 +145,9 @@ def _counting_plays(monkeypatch) -> list[tuple[int, int]]:
     played: list[tuple[int, int]] = []
     whole = chunked_ring.play_chunked_ring
 
-    def counted(entry, *args):
+    def counted(entry, *args, **rings):
         played.append((entry.size, args[3].size))
-        return whole(entry, *args)
+        return whole(entry, *args, **rings)
 
     monkeypatch.setattr(chunked_ring, "play_chunked_ring", counted)
     return played
@@ -175,10 +175,10 @@ def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapola
     played = _counting_plays(monkeypatch)
     fast = chunked_ring.play_periodic_chunked_ring(joins, latency, rate, amounts, reduce, gamma, chunks)
     monkeypatch.undo()
-    assert fast is not None and played and all(ranks == 8 for ranks, _ in played)
+    assert fast is not None and played and all(ranks in (8, 24) for ranks, _ in played)
     assert all(length < 600 for _, length in played) == settles
-    if gamma == 0:
-        assert [length for _, length in played] == [190, 254, 318]
+    if gamma == 0:  # (the three plays as rings side by side, one play)
+        assert played == [(24, 318)]
     if p <= 512:
         slow = whole(joins, latency, rate, amounts, reduce, gamma, chunks)
     else:  # (the ring of 8 played whole stands for the whole ring: the cases above check that)
@@ -189,6 +189,24 @@ def test_a_ring_alike_in_every_machine_is_played_on_one_and_its_regime_extrapola
     different = joins.copy()
     different[100] += 1e-6
     assert chunked_ring.play_periodic_chunked_ring(different, latency, rate, amounts, reduce, gamma, chunks) is None
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 4])
+def test_rings_played_side_by_side_are_each_its_own_play_to_the_last_digit(chunks):
+    """The three plays of a regime (rings of 8 ranks of 190, 254 and 318 steps) made as one
+    play of rings side by side: each ring's ends those of its play alone, bit for bit."""
+    latency, rate, _ = _machine_ring(8)
+    joins = np.array([1.05e-5, 7e-6, 3.5e-6, 0.0, 0.0, 3.5e-6, 7e-6, 1.05e-5])
+    lengths = [190, 254, 318]
+    wide = chunked_ring._Amounts(np.full(32, 65536.0), np.full(318, 8, dtype=np.int64), None)
+    together = chunked_ring.play_chunked_ring(np.tile(joins, 3), np.tile(latency, 3), np.tile(rate, 3), wide,
+                                              np.ones(318, dtype=bool), 0.0, chunks, ring=8,
+                                              ring_steps=np.array(lengths))
+    for r, n in enumerate(lengths):
+        alone = chunked_ring.play_chunked_ring(joins, latency, rate, chunked_ring._Amounts(
+            np.full(24, 65536.0), np.full(n, 8, dtype=np.int64), None), np.ones(n, dtype=bool), 0.0, chunks)
+        for got, want in zip(together, alone):
+            assert np.array_equal(got[8 * r:8 * (r + 1)], want)
 
 
 def test_a_ring_that_repeats_only_over_many_machines_is_played_on_one_period(monkeypatch):

@@ -243,6 +243,16 @@ def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.
         return play_chunked_ring(entry[:period] - origin, latency[:period], rate[:period], small, phases, gamma,
                                  chunks)
 
+    def play_side_by_side(lengths: list[int], origin: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """play(n, 0, origin) for each n of `lengths`, as rings side by side in one play
+        (gamma 0 only: the phases do not matter), each its own play's figures."""
+        rings = len(lengths)
+        wide = _Amounts(np.full((rings + 1) * period, same), np.full(max(lengths), period, dtype=np.int64), None)
+        played = play_chunked_ring(np.tile(entry[:period] - origin, rings), np.tile(latency[:period], rings),
+                                   np.tile(rate[:period], rings), wide, np.ones(max(lengths), dtype=bool), gamma,
+                                   chunks, ring=period, ring_steps=np.array(lengths, dtype=np.int64))
+        return [tuple(a[r * period:(r + 1) * period] for a in played) for r in range(rings)]
+
     tile = _tiler(copies)
     q = _REGIME_STEPS
     # (timed from the first rank's joining, so that the check's precision is the ring's own)
@@ -254,7 +264,7 @@ def play_periodic_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.
         start = _SETTLED_STEPS + (steps - _SETTLED_STEPS) % q
         if steps <= 3 * start + 3 * q:  # (the three plays would take as many steps as the ring)
             return tile(play(k1, k2))
-        at, one, two = (play(start + m * q, 0, origin) for m in range(3))
+        at, one, two = play_side_by_side([start, start + q, start + 2 * q], origin)
         exits, first, last = at
         d_exit, d_last = one[0] - exits, one[2] - last
         if not (_close(two[0], exits + 2 * d_exit, float(np.abs(two[2]).max()))
@@ -292,7 +302,8 @@ def _close(got: np.ndarray, want: np.ndarray, span: float) -> bool:
 
 
 def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, amounts: _Amounts,
-                      reduce: np.ndarray, gamma: float, chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      reduce: np.ndarray, gamma: float, chunks: int, ring: int | None = None,
+                      ring_steps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(exit per rank, first start per edge, last end per edge) of a ring all-reduce of
     len(reduce) steps over len(entry) ranks, in `chunks` chunks, edge i (rank i to i + 1)
     taking `latency[i]`, then moving its bytes at `rate[i]` shared equally among the chunks
@@ -305,9 +316,23 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     depends on, nan while it moves and after its last step); a moving lane has `left` bytes
     (inf otherwise) as of its edge's `clock`. The next of an edge's moving lanes end at
     `finish` (those flagged `ending`, decided as the flow network decides it, when their
-    rates were set)."""
+    rates were set).
+
+    With `ring` (a divisor of len(entry)), the edges are rings of that many side by side, ring
+    r of `ring_steps[r]` steps (at most len(reduce); without a reduction cost, where a step's
+    phase does not matter): each ring's figures are those of a play of it alone, to the last
+    digit (every edge's events are handled in the same order, with the same arithmetic),
+    for the rounds of one."""
     p = entry.size
     steps = reduce.size
+    ring = p if ring is None else ring
+    rings = p // ring
+    if ring_steps is None:
+        ring_steps = np.full(rings, steps, dtype=np.int64)
+    if rings * ring != p or ring_steps.size != rings or int(ring_steps.max()) > steps or (
+            gamma > 0 and bool((ring_steps != steps).any())):
+        raise ValueError("rings side by side: a divisor of the edges, each of at most the steps given, "
+                         "all of them with a reduction cost")  # a bug, not bad input
     C = chunks
     W = (C + 1) * p
     lat = np.asarray(latency, dtype=float)
@@ -315,8 +340,9 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     lat_min = float(lat.min())
     history = _HISTORY
     edges = np.arange(p)
-    left_of = np.roll(edges, 1)  # edge i - 1 (the edge into rank i)
-    right_of = np.roll(edges, -1)  # edge i + 1 (and rank i + 1)
+    first_of_ring = edges - edges % ring
+    left_of = first_of_ring + (edges - 1) % ring  # edge i - 1 (the edge into rank i), in i's ring
+    right_of = first_of_ring + (edges + 1) % ring  # edge i + 1 (and rank i + 1)
     chunk_entry = np.maximum(entry, entry[right_of])  # when both ends of an edge have joined
     lane = np.arange(W).reshape(C + 1, p)
     lane_edge = np.tile(edges, C + 1)
@@ -347,8 +373,7 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
     arrive = np.full(W, np.nan)
     arrive[p:2 * p] = chunk_entry + lat
     arrive[2 * p:] = np.inf
-    after = np.full(steps + 1, np.inf)  # a lane's `arrive` once it has finished k steps
-    after[steps] = np.nan
+    lane_steps = np.tile(np.repeat(ring_steps, ring), C + 1)  # each lane's ring's steps
     left = np.full(W, np.inf)
     ending = np.zeros(W, dtype=bool)
     clock = np.zeros(p)
@@ -385,9 +410,12 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
             now = float(nxt.min())
             if now == np.inf:
                 break
-            nxt_ring[0] = nxt[-1]
-            nxt_ring[-1] = nxt[0]
-            np.minimum(nxt_ring[:-2], nxt_ring[2:], out=bound)
+            if rings == 1:
+                nxt_ring[0] = nxt[-1]
+                nxt_ring[-1] = nxt[0]
+                np.minimum(nxt_ring[:-2], nxt_ring[2:], out=bound)
+            else:
+                np.minimum(nxt[left_of], nxt[right_of], out=bound)
             np.minimum(bound, now + lat_min, out=bound)
             bound += lat
             np.less_equal(nxt, bound, out=safe)
@@ -408,7 +436,8 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
                 k = done[lf]
                 k += 1
                 done[lf] = k
-                arrive[lf] = after[k]
+                # (a lane's `arrive` once it has finished k steps: inf until its last, then nan)
+                arrive[lf] = np.where(k < lane_steps[lf], np.inf, np.nan)
                 # every edge's moving chunks end, nothing arrives: the edges fall idle
                 idle = not any_arriving and lf.size == int(moving[S].sum())
             if idle:
@@ -477,7 +506,7 @@ def play_chunked_ring(entry: np.ndarray, latency: np.ndarray, rate: np.ndarray, 
                     arrive[y] = np.minimum(arrive[y], start)  # (one past its last step stays nan)
     finally:
         np.seterr(**errors)
-    if (done[p:] < steps).any():
+    if (done[p:] < lane_steps[p:]).any():
         raise RuntimeError("chunked ring play stopped before every chunk finished")  # a bug, not bad input
     last_ends = end_of[p:].reshape(C, p)
     exits = np.full(p, -np.inf)
