@@ -362,3 +362,26 @@ def test_machines_copied_by_the_generator_are_the_machines_it_builds(monkeypatch
     fast = generators.generate("multi_node", params)
     monkeypatch.setattr(generators, "_copy_machines", lambda *args: False)
     assert fast == generators.generate("multi_node", params)
+
+
+def test_a_dgx1_copys_hosts_and_host_to_gpu_routes_are_the_first_machines_moved(monkeypatch):
+    """On DGX-1 machines a GPU's host is two PCIe links away, as far as two `net` links: only
+    a route that leaves the machine through a link out of the host as well, and into the
+    GPU, could be as short, which none is. Each copy's hosts and host-to-GPU routes are then
+    the first machine's, moved, and those are searched inside it: no search of the whole
+    network, nor the searches from and to its switch that routes across machines need (the
+    same routes as searched everywhere: the tests above)."""
+    topo = multi_node(nodes=4, intra="dgx1")
+    is_rank = np.array([spec.kind == "gpu" for spec in topo.nodes.values()])
+    assert sorted(topo._copied_hosts(is_rank)) == sorted(topo.ranks)
+    searched_pairs = []
+    search = Topology._search_routes
+
+    def counted(self, missing):
+        searched_pairs.extend(missing)
+        return search(self, missing)
+
+    monkeypatch.setattr(Topology, "_search_routes", counted)
+    topo.routes([(topo.host_of[r], r) for r in topo.ranks])
+    assert searched_pairs == [] and "_hub_routing" not in topo.__dict__
+    assert all(topo.route(topo.host_of[r], r).links.size == 2 for r in topo.ranks)

@@ -244,8 +244,10 @@ class Topology:
 
     def _copied_hosts(self, is_rank: np.ndarray) -> dict[str, str]:
         """host_of for the ranks of the first rank's machine and its copies (MachineCopies):
-        the search inside that machine alone, where the nearest host is nearer than any route
-        that leaves the machine (two `net` links at least), moved onto each copy."""
+        the search inside that machine alone, where the nearest host is nearer, at every node
+        on the way, than any route from another machine's host (a `net` link at least, and a
+        link out of the host and one into the node where they have no `net` link), moved onto
+        each copy."""
         copies = self.machine_copies
         if copies is None:
             return {}
@@ -258,9 +260,15 @@ class Topology:
         if not hosts:
             return {}
         graph = Digraph(size, tail[inside], head[inside], self._weights[inside])
-        dist, _, source = dijkstra(graph, hosts)
-        near = {k: source[k] for k in range(size)
-                if is_rank[base + k] and k in source and dist[k] * (1.0 + 1e-12) < copies.bound}
+        dist, pred, source = dijkstra(graph, hosts)
+        every_host = np.array([spec.kind == "host" for spec in self.nodes.values()], dtype=bool)
+        from_a_host = copies.bound / 2 + float(copies.lightest_out[every_host].min())
+
+        def nearer(k: int) -> bool:  # than from any host through the network, at each node on the way
+            return all(dist[v] * (1.0 + 1e-12) < from_a_host + copies.lightest_in[base + v]
+                       for v in path_to(pred, source[k], k))
+
+        near = {k: source[k] for k in range(size) if is_rank[base + k] and k in source and nearer(k)}
         out: dict[str, str] = {}
         for m in np.flatnonzero(copies.is_copy).tolist():
             start = int(copies.start[m])
@@ -339,7 +347,8 @@ class Topology:
         one search from and one to each hub plus one per source that stays off the hubs."""
         missing = sorted({p for p in pairs if p not in self._routes and p[0] != p[1]})
         if missing and self.machine_copies is not None:
-            missing = self._copied_routes(missing)
+            # (those of the first machine itself were searched for the copies' sake)
+            missing = [p for p in self._copied_routes(missing) if p not in self._routes]
         if missing:
             self._search_routes(missing)
         return [self.route(src, dst) for src, dst in pairs]
@@ -480,6 +489,36 @@ class Topology:
         index = self._routing[0]
         return index[(node, role) if self.nodes[node].kind in RANK_KINDS else (node, "")]
 
+    def _routes_inside(self, pairs: list[tuple[str, str]], copies: "MachineCopies") -> None:
+        """Routes between nodes of the first rank's machine (the template of `copies`) from
+        searches that never leave it, kept where no route that leaves the machine can be as
+        short (MachineCopies.carries): every vertex on such a route then has its distance, and
+        the predecessor of the search's rule (the nearest, then the highest, of those that
+        give it that distance), among the machine's vertices alone, as in the whole graph's
+        search; without the searches from and to the network's hubs that routes across
+        machines need. The others are left to that search."""
+        index, _, graph = self._routing
+        base = int(copies.start[copies.template])
+        size = int(np.count_nonzero(copies.node_machine == copies.template))
+        skip = self.__dict__.get("_outside_template")
+        if skip is None:
+            skip = self.__dict__["_outside_template"] = frozenset(range(graph.n)) - frozenset(
+                self._vertex_table[base:base + size].ravel().tolist())
+        by_source: dict[str, list[str]] = {}
+        for src, dst in pairs:
+            if (src, dst) not in self._routes and src != dst:
+                by_source.setdefault(src, []).append(dst)
+        for src, dsts in by_source.items():
+            start = self._vertex(src, "out")
+            search = Search(graph, [start], skip=skip, high_first=True)
+            targets = [self._vertex(dst, "in") for dst in dsts]
+            search.settle(targets)
+            for dst, target in zip(dsts, targets):
+                if target in search.settled:
+                    self._store(src, dst, path_to(search.pred, start, target))
+                    if not copies.carries(self, self._routes[(src, dst)].links):
+                        del self._routes[(src, dst)]
+
     def _store(self, src: str, dst: str, vertices: list[int]) -> None:
         names = self._routing[1]
         nodes = [names[v] for v in vertices]
@@ -594,9 +633,11 @@ class MachineCopies:
     between two nodes of a copy is then the template's between the nodes at the same places,
     moved by that distance, wherever no route that leaves the machine can be as short
     (`carries`): one that leaves crosses at least two `net` links (a machine is what its
-    other links join), and the template's route is shorter than two of the lightest; so
-    every vertex on a shortest route is reached only from inside the machine, in the same
-    order of distances and vertices, and the search takes the same route in both."""
+    other links join), and a link out of its source before them unless the source has a
+    `net` link itself, and a link into the node it comes back to unless that node has one;
+    the template's route, to every node on it, is shorter than that; so every vertex on a
+    shortest route is reached only from inside the machine, in the same order of distances
+    and vertices, and the search takes the same route in both."""
 
     template: int  # the machine_of number of the first rank's machine
     node_machine: np.ndarray  # per node index, its machine_of number
@@ -605,10 +646,22 @@ class MachineCopies:
     link_shift: np.ndarray  # per machine, what moves a directed link of the template onto its own
     inside: np.ndarray  # per directed link: whether it joins two nodes of the template
     bound: float  # twice the lightest `net` link's routing weight
+    # per node index: the lightest routing weight of a link out of it (into it), 0 for a node
+    # with a `net` link: what a route leaving the machine adds from its source (to a node it
+    # comes back to) before (after) its two `net` links
+    lightest_out: np.ndarray
+    lightest_in: np.ndarray
 
     def carries(self, topo: "Topology", links: np.ndarray) -> bool:
-        """Whether a route of the template is the same in every copy (see the class)."""
-        return bool(self.inside[links].all()) and float(topo._weights[links].sum()) * (1.0 + 1e-12) < self.bound
+        """Whether a route of the template is the same in every copy (see the class): to each
+        node on it, shorter than any route there from its source that leaves the machine."""
+        if not bool(self.inside[links].all()):
+            return False
+        if links.size == 0:
+            return True
+        to_each = np.cumsum(topo._weights[links]) * (1.0 + 1e-12)
+        leaving = self.bound + self.lightest_out[topo.ends[links[0], 0]] + self.lightest_in[topo.ends[links, 1]]
+        return bool((to_each < leaving).all())
 
     def template_routes(self, topo: "Topology", a: np.ndarray, b: np.ndarray,
                         machine: np.ndarray) -> tuple[list[Route], np.ndarray, np.ndarray]:
@@ -619,7 +672,9 @@ class MachineCopies:
         offset = self.start[machine] - self.start[self.template]
         keys, which = np.unique(np.stack([a - offset, b - offset], axis=1), axis=0, return_inverse=True)
         ids = list(topo.nodes)
-        routes = topo.routes([(ids[u], ids[v]) for u, v in keys.tolist()])
+        pairs = [(ids[u], ids[v]) for u, v in keys.tolist()]
+        topo._routes_inside(pairs, self)
+        routes = topo.routes(pairs)
         return routes, np.array([self.carries(topo, r.links) for r in routes], dtype=bool), which.ravel()
 
     @classmethod
@@ -695,7 +750,15 @@ class MachineCopies:
         shift[good] = 2 * (table[:, 0] - own[0])
         inside = np.zeros(len(topo.link_kinds), dtype=bool)
         inside[2 * own], inside[2 * own + 1] = True, True
-        return cls(template, machine, first, is_copy, shift, inside, 2.0 * float(topo._weights[net].min()))
+        weights = topo._weights
+        lightest_out, lightest_in = np.full(n, np.inf), np.full(n, np.inf)
+        np.minimum.at(lightest_out, topo.ends[:, 0], weights)
+        np.minimum.at(lightest_in, topo.ends[:, 1], weights)
+        on_net = np.zeros(n, dtype=bool)
+        on_net[topo.ends[net].ravel()] = True
+        lightest_out[on_net], lightest_in[on_net] = 0.0, 0.0
+        return cls(template, machine, first, is_copy, shift, inside, 2.0 * float(weights[net].min()), lightest_out,
+                   lightest_in)
 
 
 @dataclass(frozen=True)
