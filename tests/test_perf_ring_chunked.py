@@ -226,21 +226,6 @@ def test_a_ring_that_repeats_only_over_many_machines_is_played_on_one_period(mon
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
 
 
-def test_joins_that_differ_by_rounding_are_played_as_one():
-    """Joining times go on a grid of a power of 2 at most 2^-40 of the ring's time scale:
-    those a rounding apart land on one point, each point within half a grid step of its join."""
-    scale = 3e-3
-    joins = np.array([0.0, 1.0549e-5, 7.04e-6, 3.52e-6])
-    noisy = joins + np.array([0.0, 6.9e-18, -3.5e-18, 1.4e-17])
-    on_grid = chunked_ring.joined_on_grid(joins, scale)
-    assert np.array_equal(chunked_ring.joined_on_grid(noisy, scale), on_grid)
-    step = 2.0 ** (np.floor(np.log2(scale)) - 40)
-    assert step <= scale * 2.0 ** -40
-    assert np.array_equal(on_grid / step, np.round(on_grid / step))
-    assert np.abs(on_grid - joins).max() <= step / 2
-    assert chunked_ring.joined_on_grid(joins, 0.0) is joins
-
-
 def test_a_gans_buckets_that_join_alike_each_step_are_played_once(monkeypatch):
     """DDP's buckets join each training step as they did the step before (but for rounding):
     each bucket's chunked ring is played once a run, the same figures as the flow network's

@@ -744,3 +744,41 @@ def test_schedules_between_the_same_pairs_share_one_plan_of_their_shapes(monkeyp
     flowed, none = run(monkeypatch, "multi_node", "halving_doubling", GAN, plays=False, overlap=True)
     assert plays > 1 and none == 0
     assert_same(played, flowed)
+
+
+@pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "gamma_s_per_byte": 3e-11}])
+def test_a_long_rings_loop_is_reused_by_the_buckets_that_join_as_before(monkeypatch, options):
+    """A ring looped step by step over many rank-steps starts from joins on a grid of its
+    time scale (joined_on_grid), so that DDP's buckets, which join each training step as
+    they did the step before but for rounding, are looped once a run each: fewer loops than
+    plays, and the flow network's figures. (Here with no floor of rank-steps, and every
+    ring looped: the machines' rings are otherwise worked out on one period.)"""
+    monkeypatch.setattr(uncontended, "_LOOP_REUSE_MIN_RANK_STEPS", 0)
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", lambda *args: None)
+    loops = []
+    loop = uncontended.UncontendedPlay._ring_loop
+
+    def counted(self, *args):
+        loops.append(self)
+        return loop(self, *args)
+
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_ring_loop", counted)
+    played, plays = run(monkeypatch, "multi_node", "ring", GAN, plays=True, **options)
+    assert plays >= 6 and 0 < len(loops) <= plays // 2
+    flowed, _ = run(monkeypatch, "multi_node", "ring", GAN, plays=False, **options)
+    assert_same(played, flowed)
+
+
+def test_joins_that_differ_by_rounding_are_on_one_point_of_the_grid():
+    """The grid is a power of 2 at most 2^-40 of the scale: joins a rounding apart land on
+    one point, each point within half a grid step of its join."""
+    scale = 3e-3
+    joins = np.array([0.0, 1.0549e-5, 7.04e-6, 3.52e-6])
+    noisy = joins + np.array([0.0, 6.9e-18, -3.5e-18, 1.4e-17])
+    on_grid = uncontended.joined_on_grid(joins, scale)
+    assert np.array_equal(uncontended.joined_on_grid(noisy, scale), on_grid)
+    step = 2.0 ** (np.floor(np.log2(scale)) - 40)
+    assert step <= scale * 2.0 ** -40
+    assert np.array_equal(on_grid / step, np.round(on_grid / step))
+    assert np.abs(on_grid - joins).max() <= step / 2
+    assert uncontended.joined_on_grid(joins, 0.0) is joins

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gansim.collectives.uncontended import PlayPlan, UncontendedPlay, shortest_period
+from gansim.collectives.uncontended import PlayPlan, UncontendedPlay, joined_on_grid, shortest_period
 
 # Chunked rings of fewer transfers (over all chunks) stay on the flow network, which keeps
 # every transfer for the run's details (trace) and its figures to the last digit; a play
@@ -150,27 +150,12 @@ class ChunkedRingPlay(UncontendedPlay):
         return res, self._first[flow], self._last[flow]
 
 
-# Joining times are played on a grid of 2^-_GRID_BITS of the ring's own time scale
-# (ring_time_scale): far below the 1e-9 the plays are held to against the flow network, far
-# above the rounding that tells the joins of one training step's bucket from the next's
-_GRID_BITS = 40
-
-
 def ring_time_scale(latency: np.ndarray, rate: np.ndarray, amounts: _Amounts, steps: int) -> float:
     """What the ring's steps take one after another on its slowest edge, each moving the
     largest transfer alone: the scale of the times its play works out."""
     values = amounts.base if amounts.base is not None else amounts.dense
     largest = float(values.max()) if values.size else 0.0
     return steps * float(np.max(np.asarray(latency, dtype=float) + largest / np.asarray(rate, dtype=float)))
-
-
-def joined_on_grid(joins: np.ndarray, scale: float) -> np.ndarray:
-    """`joins` (seconds after the first) to the nearest multiple of the power of 2 nearest
-    below scale x 2^-_GRID_BITS (exact multiples: scaling by a power of 2 rounds nothing)."""
-    if not scale > 0 or not np.isfinite(scale):
-        return joins
-    step = 2.0 ** (np.floor(np.log2(scale)) - _GRID_BITS)
-    return np.round(joins / step) * step
 
 
 def carried_bytes(amounts: _Amounts, edges: int, steps: int, chunks: int) -> np.ndarray:

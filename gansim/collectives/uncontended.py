@@ -56,6 +56,16 @@ _DURATIONS_MAX_TRANSFERS = 1 << 22
 # to 64 GPUs), and its base divided once per offset while that keeps at most this many floats.
 _RATE_PERIOD_MAX = 64
 _BASE_DURATIONS_MAX_ELEMENTS = 1 << 23
+# Plays that step through every slot (a ring's loop, a chunked ring's per-edge play) start
+# from joins taken on a grid of 2^-_GRID_BITS of the ring's own time scale (joined_on_grid):
+# far below the 1e-9 the plays are held to against the flow network, far above the rounding
+# that tells the joins of one training step's bucket from the next's, so that a run plays
+# each bucket once
+_GRID_BITS = 40
+# A ring's loop starts so (and is reused) from this many rank-steps (4,096 ranks); smaller
+# loops, which cost less than a tenth of a second, are played from the joins as they are,
+# and their figures are the step-by-step play's to the last digit
+_LOOP_REUSE_MIN_RANK_STEPS = 1 << 24
 
 
 @dataclass
@@ -344,6 +354,15 @@ class PlayPlan:
         return window_bytes[step.window:step.window + step.size.size]
 
 
+def joined_on_grid(joins: np.ndarray, scale: float) -> np.ndarray:
+    """`joins` (seconds after the first) to the nearest multiple of the power of 2 nearest
+    below scale x 2^-_GRID_BITS (exact multiples: scaling by a power of 2 rounds nothing)."""
+    if not scale > 0 or not np.isfinite(scale):
+        return joins
+    step = 2.0 ** (np.floor(np.log2(scale)) - _GRID_BITS)
+    return np.round(joins / step) * step
+
+
 @dataclass
 class RingViews:
     """Per step of a single ring's schedule (PlayPlan.ring_views), views of a few arrays
@@ -359,10 +378,19 @@ class RingViews:
     equal_shares: bool  # every step moves the same bytes on every slot
 
     _runs: list[tuple[int, int]] | None = None
+    # the loop's plays (UncontendedPlay._looped_ring), per first step and joins on the grid:
+    # the times and the last step's finishes they end at, after the first join
+    loop_plays: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
         return len(self.windows)
+
+    def time_scale(self, latency: np.ndarray, first: int) -> float:
+        """Steps `first`... one after another, each at the slowest slot's latency and
+        transfer time: the scale of the times the loop works out."""
+        longest = max(float(d.max()) for d in {id(d): d for d in self.divided}.values() if d.size)
+        return (self.steps - first) * (float(latency.max()) + longest)
 
     def runs(self) -> list[tuple[int, int]]:
         """The steps as runs [start, end) that all reduce what they receive or all do not."""
@@ -575,7 +603,8 @@ class UncontendedPlay:
                 if fill:  # every step moves the same bytes on every slot
                     carried[0] += views.amount(rest) * (views.steps - rest)
             else:
-                finish = self._ring_loop(views, rest, t_ring, finish_ring, start_buffer, carried[0] if fill else None)
+                finish = self._looped_ring(views, rest, t_ring, finish_ring, start_buffer,
+                                           carried[0] if fill else None)
             last_end[0] = finish.copy()
         # kept per resource, not per slot of every shape: a halving-doubling's log2(p) shapes
         # of p slots, kept for every play of a run, were hundreds of MB at 16,384 GPUs
@@ -737,6 +766,29 @@ class UncontendedPlay:
                     carried[part] += run.amount
         minimum(used_from[:n], used_from[n:], out=first_start)
         maximum(used_until[:n], used_until[n:], out=last_end)
+
+    def _looped_ring(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
+                     start: np.ndarray, carried: np.ndarray | None) -> np.ndarray:
+        """_ring_loop, from _LOOP_REUSE_MIN_RANK_STEPS rank-steps from the first
+        participant's time, the others' on a grid (joined_on_grid): a run's rings that start
+        as one before them did, but for rounding (DDP's buckets, step after step), are looped
+        once. (The first play of a plan adds up the bytes each slot carried: it is looped.)"""
+        n_part = t_ring.size - 1
+        if (views.steps - first) * n_part < _LOOP_REUSE_MIN_RANK_STEPS:
+            return self._ring_loop(views, first, t_ring, finish_ring, start, carried)
+        t = t_ring[:n_part]
+        origin = float(t.min())
+        joins = joined_on_grid(t - origin, views.time_scale(self.plan.shapes[0].latency, first))
+        key = (first, joins.tobytes())
+        played = views.loop_plays.get(key) if carried is None else None
+        if played is None:
+            t[:] = joins
+            finish = self._ring_loop(views, first, t_ring, finish_ring, start, carried)
+            played = views.loop_plays[key] = (t.copy(), finish.copy())
+        np.add(played[0], origin, out=t)
+        np.add(played[1], origin, out=finish_ring[1:])
+        finish_ring[0] = finish_ring[n_part]
+        return finish_ring[1:]
 
     def _ring_loop(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
                    start: np.ndarray, carried: np.ndarray | None) -> np.ndarray:
