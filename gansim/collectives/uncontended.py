@@ -61,7 +61,7 @@ _BASE_DURATIONS_MAX_ELEMENTS = 1 << 23
 # far below the 1e-9 the plays are held to against the flow network, far above the rounding
 # that tells the joins of one training step's bucket from the next's, so that a run plays
 # each bucket once
-_GRID_BITS = 40
+_GRID_BITS = 36
 # A ring's loop starts so (and is reused) from this many rank-steps (4,096 ranks); smaller
 # loops, which cost less than a tenth of a second, are played from the joins as they are,
 # and their figures are the step-by-step play's to the last digit
