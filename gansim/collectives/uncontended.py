@@ -355,12 +355,13 @@ class PlayPlan:
 
 
 def joined_on_grid(joins: np.ndarray, scale: float) -> np.ndarray:
-    """`joins` (seconds after the first) to the nearest multiple of the power of 2 nearest
-    below scale x 2^-_GRID_BITS (exact multiples: scaling by a power of 2 rounds nothing)."""
+    """`joins` (seconds after the first) up to the next multiple of the power of 2 nearest
+    below scale x 2^-_GRID_BITS (exact multiples: scaling by a power of 2 rounds nothing):
+    never earlier, so that nothing a play works out starts before its rank joined."""
     if not scale > 0 or not np.isfinite(scale):
         return joins
     step = 2.0 ** (np.floor(np.log2(scale)) - _GRID_BITS)
-    return np.round(joins / step) * step
+    return np.ceil(joins / step) * step
 
 
 @dataclass
