@@ -88,6 +88,8 @@ SHAPES = {s.name: s for s in (
           ALLREDUCE, "nccl"),
     Shape("rail_gan_ddp_nccl", f"`{GAN}` with DDP buckets, nccl, rail-optimised leaf-spine fabric", rail_machines,
           GAN, "nccl", 10, {"overlap": True}),
+    Shape("dgx1_gan_ddp_nccl", f"`{GAN}` with DDP buckets, nccl, DGX-1 machines", dgx1_machines, GAN, "nccl", 10,
+          {"overlap": True}),
 )}
 # Shapes beyond the ones the bounds are set for, run only when --shapes names them: what
 # a ring costs whose ranks do not repeat from machine to machine, and shapes whose routes are
@@ -111,6 +113,8 @@ EXTRA = {s.name: s for s in (
           nvswitch_machines, GAN, "ring", 10, {"overlap": True, "chunks": 2}),
     Shape("rail_chunked_ring", "ring all-reduce in 4 chunks, rail-optimised leaf-spine fabric", rail_machines,
           ALLREDUCE, "ring", options={"chunks": 4}),
+    Shape("rail_gan_ddp_ring", f"`{GAN}` with DDP buckets, ring, rail-optimised leaf-spine fabric", rail_machines,
+          GAN, "ring", 10, {"overlap": True}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
 # the same profile predicted on NVSwitch machines (its compute moved there by the roofline,
