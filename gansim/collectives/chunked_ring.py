@@ -33,7 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gansim.collectives.uncontended import PlayPlan, UncontendedPlay, joined_on_grid, shortest_period
+from gansim.collectives.uncontended import (
+    PlayPlan,
+    UncontendedPlay,
+    joined_on_grid,
+    ring_time_scale,
+    shortest_period,
+)
 
 # Chunked rings of fewer transfers (over all chunks) stay on the flow network, which keeps
 # every transfer for the run's details (trace) and its figures to the last digit; a play
@@ -119,7 +125,10 @@ class ChunkedRingPlay(UncontendedPlay):
         # the buckets of every training step join alike but for rounding, and each is played
         # once per run
         origin = float(entry_t.min())
-        joins = joined_on_grid(entry_t - origin, ring_time_scale(shape.latency, shape.rate, amounts, reduce.size))
+        values = amounts.base if amounts.base is not None else amounts.dense
+        largest = float(values.max()) if values.size else 0.0  # (bytes of a chunk's transfer)
+        scale = ring_time_scale(reduce.size, shape.latency, largest / np.asarray(shape.rate, dtype=float))
+        joins = joined_on_grid(entry_t - origin, scale)
         key = (joins.tobytes(), self.gamma_s_per_byte, self.chunks)
         played = plan.chunked_plays.get(key)
         if played is None:
@@ -150,14 +159,6 @@ class ChunkedRingPlay(UncontendedPlay):
         return res, self._first[flow], self._last[flow]
 
 
-def ring_time_scale(latency: np.ndarray, rate: np.ndarray, amounts: _Amounts, steps: int) -> float:
-    """What the ring's steps take one after another on its slowest edge, each moving the
-    largest transfer alone: the scale of the times its play works out."""
-    values = amounts.base if amounts.base is not None else amounts.dense
-    largest = float(values.max()) if values.size else 0.0
-    return steps * float(np.max(np.asarray(latency, dtype=float) + largest / np.asarray(rate, dtype=float)))
-
-
 def carried_bytes(amounts: _Amounts, edges: int, steps: int, chunks: int) -> np.ndarray:
     """Bytes each edge carried, added up transfer by transfer in the order the flow network's
     tally adds them (chunk by chunk, step by step), so that equal links stay equal to the
@@ -186,9 +187,9 @@ _SETTLED_STEPS = 128
 _REGIME_STEPS = 64
 _REGIME_RTOL = 1e-12
 # Rings that repeat machine by machine (periods up to this many ranks) are extrapolated so;
-# those that repeat only over a fabric's leaf groups or pods (hundreds or thousands of ranks:
-# a rail fabric's, whose crossings between leaf groups are one link longer) were not seen to
-# settle into a 64-step regime within the ring's 2(p - 1) steps, and are played whole on one period
+# those that repeat only over a fabric's leaf groups (a rail fabric's 256 ranks, whose
+# crossings between leaf groups are one link longer) did not settle into a 64-step regime
+# in plays of 128 or 2P steps (at 1,024 and 4,096 GPUs), and are played whole on one period
 _SETTLING_PERIOD_MAX = 64
 
 

@@ -354,6 +354,12 @@ class PlayPlan:
         return window_bytes[step.window:step.window + step.size.size]
 
 
+def ring_time_scale(steps: int, latency: np.ndarray, transfer_s: np.ndarray | float) -> float:
+    """The scale of the times a play of a ring's `steps` works out: its steps one after
+    another, each at its slowest slot's latency and transfer time."""
+    return steps * float(np.max(np.asarray(latency, dtype=float) + transfer_s))
+
+
 def joined_on_grid(joins: np.ndarray, scale: float) -> np.ndarray:
     """`joins` (seconds after the first) up to the next multiple of the power of 2 nearest
     below scale x 2^-_GRID_BITS (exact multiples: scaling by a power of 2 rounds nothing):
@@ -388,10 +394,9 @@ class RingViews:
         return len(self.windows)
 
     def time_scale(self, latency: np.ndarray, first: int) -> float:
-        """Steps `first`... one after another, each at the slowest slot's latency and
-        transfer time: the scale of the times the loop works out."""
+        """ring_time_scale of steps `first`..., each at its longest transfer time."""
         longest = max(float(d.max()) for d in {id(d): d for d in self.divided}.values() if d.size)
-        return (self.steps - first) * (float(latency.max()) + longest)
+        return ring_time_scale(self.steps - first, latency, longest)
 
     def runs(self) -> list[tuple[int, int]]:
         """The steps as runs [start, end) that all reduce what they receive or all do not."""
