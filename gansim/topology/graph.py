@@ -252,8 +252,7 @@ class Topology:
         if copies is None:
             return {}
         ids = list(self.nodes)
-        base = int(copies.start[copies.template])
-        size = int(np.count_nonzero(copies.node_machine == copies.template))
+        base, size = int(copies.start[copies.template]), copies.size
         tail, head = self.ends[:, 0] - base, self.ends[:, 1] - base
         inside = (tail >= 0) & (tail < size) & (head >= 0) & (head < size) & ~is_rank[self.ends[:, 0]]
         hosts = [k for k in range(size) if self.nodes[ids[base + k]].kind == "host"]
@@ -431,13 +430,18 @@ class Topology:
                 self._store(src, dst, to_the_hub + path_to(from_pred, h, target)[1:])
         return left
 
+    @cached_property
+    def _template_hub_paths(self) -> dict[int, list[int]]:
+        """_moved_path_to_hub's routes of template nodes to the hub, per node, as found."""
+        return {}
+
     def _moved_path_to_hub(self, template_node: int, offset: int, start: int, ids: list[str]) -> list[int] | None:
         """The template node's route to the one hub, moved `offset` nodes on (start: the moved
         node's vertex); None where it leaves the template machine before the hub or is not as
         short as the moved node's distance to the hub."""
         hub = self._hub_routing
         h = hub.hubs[0]
-        cache = self.__dict__.setdefault("_template_hub_paths", {})
+        cache = self._template_hub_paths
         path = cache.get(template_node)
         if path is None:
             vertex = self._vertex_table
@@ -459,31 +463,43 @@ class Topology:
         weight = sum(w for u, v in zip(moved, moved[1:]) for x, w in self._routing[2].out[u] if x == v)
         return moved if weight == hub.to_hub[0].get(start) else None
 
+    @cached_property
+    def _outside_template(self) -> frozenset[int]:
+        """The routing vertices of every node outside the first rank's machine (the template
+        of machine_copies): what a search inside that machine never enters."""
+        copies = self.machine_copies
+        assert copies is not None
+        base = int(copies.start[copies.template])
+        return frozenset(range(self._routing[2].n)) - frozenset(
+            self._vertex_table[base:base + copies.size].ravel().tolist())
+
     def _mirrors(self, machine: int) -> bool:
         """Whether a machine's links to nodes outside it are the template's: from and to the
         nodes at the same places, to the same outside nodes, of the same routing weights."""
-        mirrored = self.__dict__.get("_mirrored")
-        if mirrored is None:
-            copies = self.machine_copies
-            assert copies is not None
-            a, b = self.ends[:, 0], self.ends[:, 1]
-            out = np.flatnonzero(copies.node_machine[a] != copies.node_machine[b])
-            records = []
-            for inner, outer in ((a[out], b[out]), (b[out], a[out])):
-                owner = copies.node_machine[inner]
-                records.append(np.stack([owner, inner - copies.start[owner], outer,
-                                         self._weights[out].astype(np.int64), (inner == a[out]).astype(np.int64)],
-                                        axis=1))
-            table = np.concatenate(records)
-            table = table[np.lexsort(table[:, ::-1].T)]
-            bounds = np.searchsorted(table[:, 0], np.arange(copies.start.size + 1))
-            own = table[bounds[copies.template]:bounds[copies.template + 1], 1:]
-            mirrored = np.zeros(copies.start.size, dtype=bool)
-            for m in np.flatnonzero(copies.is_copy).tolist():
-                block = table[bounds[m]:bounds[m + 1], 1:]
-                mirrored[m] = block.shape == own.shape and bool((block == own).all())
-            self.__dict__["_mirrored"] = mirrored
-        return bool(mirrored[machine])
+        return bool(self._mirroring_machines[machine])
+
+    @cached_property
+    def _mirroring_machines(self) -> np.ndarray:
+        """_mirrors, per machine."""
+        copies = self.machine_copies
+        assert copies is not None
+        a, b = self.ends[:, 0], self.ends[:, 1]
+        out = np.flatnonzero(copies.node_machine[a] != copies.node_machine[b])
+        records = []
+        for inner, outer in ((a[out], b[out]), (b[out], a[out])):
+            owner = copies.node_machine[inner]
+            records.append(np.stack([owner, inner - copies.start[owner], outer,
+                                     self._weights[out].astype(np.int64), (inner == a[out]).astype(np.int64)],
+                                    axis=1))
+        table = np.concatenate(records)
+        table = table[np.lexsort(table[:, ::-1].T)]
+        bounds = np.searchsorted(table[:, 0], np.arange(copies.start.size + 1))
+        own = table[bounds[copies.template]:bounds[copies.template + 1], 1:]
+        mirrored = np.zeros(copies.start.size, dtype=bool)
+        for m in np.flatnonzero(copies.is_copy).tolist():
+            block = table[bounds[m]:bounds[m + 1], 1:]
+            mirrored[m] = block.shape == own.shape and bool((block == own).all())
+        return mirrored
 
     def _vertex(self, node: str, role: str) -> int:
         index = self._routing[0]
@@ -497,13 +513,8 @@ class Topology:
         give it that distance), among the machine's vertices alone, as in the whole graph's
         search; without the searches from and to the network's hubs that routes across
         machines need. The others are left to that search."""
-        index, _, graph = self._routing
-        base = int(copies.start[copies.template])
-        size = int(np.count_nonzero(copies.node_machine == copies.template))
-        skip = self.__dict__.get("_outside_template")
-        if skip is None:
-            skip = self.__dict__["_outside_template"] = frozenset(range(graph.n)) - frozenset(
-                self._vertex_table[base:base + size].ravel().tolist())
+        graph = self._routing[2]
+        skip = self._outside_template
         by_source: dict[str, list[str]] = {}
         for src, dst in pairs:
             if (src, dst) not in self._routes and src != dst:
@@ -640,6 +651,7 @@ class MachineCopies:
     and vertices, and the search takes the same route in both."""
 
     template: int  # the machine_of number of the first rank's machine
+    size: int  # nodes in each machine
     node_machine: np.ndarray  # per node index, its machine_of number
     start: np.ndarray  # per machine, the index of its first node
     is_copy: np.ndarray  # per machine: the template or a copy of it
@@ -757,8 +769,8 @@ class MachineCopies:
         on_net = np.zeros(n, dtype=bool)
         on_net[topo.ends[net].ravel()] = True
         lightest_out[on_net], lightest_in[on_net] = 0.0, 0.0
-        return cls(template, machine, first, is_copy, shift, inside, 2.0 * float(weights[net].min()), lightest_out,
-                   lightest_in)
+        return cls(template, size, machine, first, is_copy, shift, inside, 2.0 * float(weights[net].min()),
+                   lightest_out, lightest_in)
 
 
 @dataclass(frozen=True)
