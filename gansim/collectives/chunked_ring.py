@@ -36,7 +36,7 @@ import numpy as np
 from gansim.collectives.uncontended import (
     PlayPlan,
     UncontendedPlay,
-    joined_on_grid,
+    played_from_grid,
     ring_time_scale,
     shortest_period,
 )
@@ -121,24 +121,19 @@ class ChunkedRingPlay(UncontendedPlay):
         reduce = np.array(plan.schedule.reduces(), dtype=bool)
         amounts = _Amounts.of(plan, self.chunks)
         entry_t = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)
-        # played from the first rank's joining, the others' joins on a grid (joined_on_grid):
-        # the buckets of every training step join alike but for rounding, and each is played
-        # once per run
-        origin = float(entry_t.min())
+        # each bucket's play once per run (played_from_grid)
         values = amounts.base if amounts.base is not None else amounts.dense
         largest = float(values.max()) if values.size else 0.0  # (bytes of a chunk's transfer)
         scale = ring_time_scale(reduce.size, shape.latency, largest / np.asarray(shape.rate, dtype=float))
-        joins = joined_on_grid(entry_t - origin, scale)
-        key = (joins.tobytes(), self.gamma_s_per_byte, self.chunks)
-        played = plan.chunked_plays.get(key)
-        if played is None:
+
+        def play(joins: np.ndarray) -> tuple[np.ndarray, ...]:
             played = play_periodic_chunked_ring(joins, shape.latency, shape.rate, amounts, reduce,
                                                 self.gamma_s_per_byte, self.chunks)
-            if played is None:
-                played = play_chunked_ring(joins, shape.latency, shape.rate, amounts, reduce,
-                                           self.gamma_s_per_byte, self.chunks)
-            plan.chunked_plays[key] = played
-        exits, first, last = (times + origin for times in played)
+            return played if played is not None else play_chunked_ring(
+                joins, shape.latency, shape.rate, amounts, reduce, self.gamma_s_per_byte, self.chunks)
+
+        exits, first, last = played_from_grid(entry_t, scale, plan.chunked_plays,
+                                              (self.gamma_s_per_byte, self.chunks), play)
         self._first, self._last = first, last
         if self._carried is None:
             self._carried = carried_bytes(amounts, plan.participants, len(reduce), self.chunks)

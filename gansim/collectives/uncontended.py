@@ -34,6 +34,8 @@ flow network's figures to the last digit; tests/test_uncontended.py holds the tw
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Callable
 
 import numpy as np
 
@@ -138,8 +140,8 @@ class PlayPlan:
     # `periodic`'s form, once worked out (a list, so that None is an answer too)
     _periodic: list["_Periodic | None"] = field(default_factory=list, repr=False)
     _ring_run: list["_RingRun | None"] = field(default_factory=list, repr=False)  # and `ring_run`'s
-    # a chunked ring's plays (gansim/collectives/chunked_ring.py), per (joins, gamma, chunks)
-    chunked_plays: dict[tuple[bytes, float, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+    # a chunked ring's plays (gansim/collectives/chunked_ring.py), per (gamma, chunks, joins)
+    chunked_plays: dict[tuple[float, int, bytes], tuple[np.ndarray, ...]] = field(
         default_factory=dict, repr=False)
 
     @classmethod
@@ -370,6 +372,23 @@ def joined_on_grid(joins: np.ndarray, scale: float) -> np.ndarray:
     return np.ceil(joins / step) * step
 
 
+def played_from_grid(joins: np.ndarray, scale: float, memo: dict, key: tuple,
+                     play: Callable[[np.ndarray], tuple[np.ndarray, ...]],
+                     fresh: bool = False) -> tuple[np.ndarray, ...]:
+    """The times `play` works out from `joins` taken on their grid after the first of them
+    (joined_on_grid, at the play's time `scale`), moved on by that first join: played once per
+    `key` and grid of joins and kept in `memo`, so that the plays of a run which join as one
+    before them did but for rounding (DDP's buckets, step after step) are one. `fresh`: play
+    even where the memo holds it (a play that adds up what it carried)."""
+    origin = float(joins.min())
+    on_grid = joined_on_grid(joins - origin, scale)
+    memo_key = (*key, on_grid.tobytes())
+    played = None if fresh else memo.get(memo_key)
+    if played is None:
+        played = memo[memo_key] = play(on_grid)
+    return tuple(times + origin for times in played)
+
+
 @dataclass
 class RingViews:
     """Per step of a single ring's schedule (PlayPlan.ring_views), views of a few arrays
@@ -395,8 +414,13 @@ class RingViews:
 
     def time_scale(self, latency: np.ndarray, first: int) -> float:
         """ring_time_scale of steps `first`..., each at its longest transfer time."""
-        longest = max(float(d.max()) for d in {id(d): d for d in self.divided}.values() if d.size)
-        return ring_time_scale(self.steps - first, latency, longest)
+        return ring_time_scale(self.steps - first, latency, self._longest_transfer_s)
+
+    @cached_property
+    def _longest_transfer_s(self) -> float:
+        """The longest time of any slot's transfer in any step (a ring's steps share a few
+        divided arrays: each scanned once)."""
+        return max(float(d.max()) for d in {id(d): d for d in self.divided}.values() if d.size)
 
     def runs(self) -> list[tuple[int, int]]:
         """The steps as runs [start, end) that all reduce what they receive or all do not."""
@@ -783,16 +807,14 @@ class UncontendedPlay:
         if (views.steps - first) * n_part < _LOOP_REUSE_MIN_RANK_STEPS:
             return self._ring_loop(views, first, t_ring, finish_ring, start, carried)
         t = t_ring[:n_part]
-        origin = float(t.min())
-        joins = joined_on_grid(t - origin, views.time_scale(self.plan.shapes[0].latency, first))
-        key = (first, joins.tobytes())
-        played = views.loop_plays.get(key) if carried is None else None
-        if played is None:
+
+        def play(joins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             t[:] = joins
-            finish = self._ring_loop(views, first, t_ring, finish_ring, start, carried)
-            played = views.loop_plays[key] = (t.copy(), finish.copy())
-        np.add(played[0], origin, out=t)
-        np.add(played[1], origin, out=finish_ring[1:])
+            finish = self._ring_loop(views, first, t_ring, finish_ring, start, carried).copy()
+            return t.copy(), finish  # (the loop moves t on to the times it ends at)
+
+        t[:], finish_ring[1:] = played_from_grid(t, views.time_scale(self.plan.shapes[0].latency, first),
+                                                 views.loop_plays, (first,), play, fresh=carried is not None)
         finish_ring[0] = finish_ring[n_part]
         return finish_ring[1:]
 
