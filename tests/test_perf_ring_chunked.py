@@ -73,6 +73,30 @@ def test_a_gan_step_with_chunked_rings_times_like_the_flow_network(monkeypatch, 
     assert_same(played, flowed)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_edges_of_unlike_speeds_handle_their_events_only_when_no_neighbour_can_come_first(monkeypatch, seed,
+                                                                                         chunks):
+    """Every GPU on its own link to a switch, of its own bandwidth (3 to 60 GB/s) and latency
+    (0.5 to 20 us), ranks computing at their own speeds: a fast edge's end starts a chunk on a
+    slow neighbour while that one's chunks still move, and the neighbour's next end must wait
+    for it (an edge handles its next event only when no neighbour's can bring an arrival
+    before it). The flow network's figures."""
+    rng = np.random.default_rng(seed)
+    gpus = 10
+    unlike = {"nodes": [{"id": "sw", "kind": "switch"}] + [{"id": f"g{i}", "kind": "gpu"} for i in range(gpus)],
+              "links": [{"a": f"g{i}", "b": "sw", "kind": "nvlink", "bandwidth_GBps": float(bw),
+                         "latency_us": float(lat)}
+                        for i, (bw, lat) in enumerate(zip(rng.uniform(3.0, 60.0, gpus), rng.uniform(0.5, 20.0, gpus)))]}
+    played, plays = run(monkeypatch, unlike, GAN, True, gpus, steps=2, overlap=True, chunks=chunks,
+                        compute_cv=0.2)
+    flowed, none = run(monkeypatch, unlike, GAN, False, gpus, steps=2, overlap=True, chunks=chunks,
+                       compute_cv=0.2)
+    assert not none
+    assert any(isinstance(p, ChunkedRingPlay) for p in plays)
+    assert_same(played, flowed)
+
+
 def test_a_chunked_ring_whose_links_something_else_used_is_played_again_on_the_flow_network(monkeypatch):
     """tests/test_uncontended.py's case (a ring's hop between PCIe switches meets the next
     step's host-to-device copies of ranks that computed at other speeds) with chunks: found
