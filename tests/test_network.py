@@ -187,6 +187,70 @@ def test_max_min_rates_match_progressive_filling(shared, seed, network):
     assert max_min_rates(pair_flow, pair_res, len(routes), capacity).tolist() == expected
 
 
+def _flows_run(seed: int, monkeypatch, whole: bool) -> tuple[list[tuple[int, float]], int]:
+    """Random flows on 40 resources (capacities equal but for rounding among them, some
+    routes weighted), started in batches of 1 to 90 at random times: each flow's end, and how
+    many events were solved by groups. `whole`: every event solved over the whole network."""
+    from gansim.network import flows
+
+    # (an event that starts or ends more flows than this drops the index: every event then)
+    monkeypatch.setattr(flows, "_EVENT_INDEXED_MAX", -1 if whole else 64)
+    rng = np.random.default_rng(seed)
+    capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5, 2.5 * (1 - 2e-13), np.inf], size=40)
+    env = simpy.Environment()
+    net = FlowNetwork(env, capacity, [f"r{i}" for i in range(40)])
+    routes = []
+    for k in range(120):
+        resources = rng.choice(40, size=int(rng.integers(0, 4)), replace=False)
+        weights = rng.choice([0.5, 1.0, 2.0], size=resources.size) if k % 3 == 0 and resources.size else None
+        routes.append(net.add_route(resources, float(rng.choice([0.0, 1e-6])), weights))
+    ends: list[tuple[int, float]] = []
+    net.on_complete = lambda tags, now: ends.extend((int(t), now) for t in tags)
+    tag = 0
+    for at in np.sort(rng.uniform(0.0, 2.0, size=40)):
+        size = int(rng.choice([1, 1, 2, 3, 90]))
+        batch = (np.arange(tag, tag + size), rng.choice(routes, size=size), rng.uniform(0.1, 3.0, size=size))
+        tag += size
+
+        def go(_e, batch=batch):
+            net.start(*batch)
+            net.flush()
+        env.timeout(float(at)).callbacks.append(go)
+    env.run()
+    return sorted(ends), net.group_computations
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rates_worked_out_for_an_events_group_are_the_whole_networks_to_the_last_bit(monkeypatch, seed):
+    """An event's rates are solved for the flows joined to its own (through shared resources)
+    alone: every flow ends at the time the whole network's solve at every event gives, bit
+    for bit, with capacities equal but for rounding (whose levels the whole solve freezes
+    together: then the whole network is solved), weighted routes, and batches large enough
+    that the network stops indexing flows one by one and starts again."""
+    grouped, groups = _flows_run(seed, monkeypatch, whole=False)
+    whole, none = _flows_run(seed, monkeypatch, whole=True)
+    assert groups > 0 and none == 0
+    assert grouped == whole
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_a_flow_over_unlimited_resources_alone_is_never_held_back(beside):
+    """A flow whose route crosses only resources of unlimited capacity (a host's cores when
+    they are not counted) ends as soon as it starts, alone in the network or beside one
+    that is held back."""
+    starts = [(0, 1e9, 0.0)] + ([(1, 5.0, 0.0)] if beside else [])
+    ends = run_flows([np.inf, 1.0], [([0], 0.0), ([1], 0.0)], starts)
+    assert ends[0] == 0.0
+    assert ends[1:] == ([5.0] if beside else [])
+
+
+def test_a_level_within_the_tolerance_of_anothers_is_solved_with_the_whole_network():
+    """Two flows alone on resources of 10 and 10 (1 + 3e-13): the whole network freezes them
+    at one level; the flow that joins second, alone in its group, is not given its own."""
+    ends = run_flows([10.0, 10.0 * (1 + 3e-13)], [([0], 0.0), ([1], 0.0)], [(0, 100.0, 0.0), (1, 1.0, 0.5)])
+    assert ends[1] == 0.5 + 1.0 / 10.0
+
+
 def test_ragged_ranges_are_each_rows_positions_end_to_end():
     at, owner = ragged(np.array([5, 0, 9]), np.array([2, 0, 3]))
     assert at.tolist() == [5, 6, 9, 10, 11] and owner.tolist() == [0, 0, 2, 2, 2]

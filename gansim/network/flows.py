@@ -19,6 +19,19 @@ from gansim.core.arrays import ragged, unique_inverse
 # Flows whose finishing times agree to this relative precision end in the same event;
 # floating-point noise must not split a symmetric step into a thousand events.
 SAME_TIME_RTOL = 1e-9
+# Progressive filling freezes every resource whose share is within this of the round's
+# level, so that shares equal but for rounding give their flows one rate.
+LEVEL_RTOL = 1e-12
+# An event's rates are worked out again for the flows joined, through shared resources, to
+# those it starts or ends (FlowNetwork._group_rates), while these are at most this many
+# flows, and while it starts or ends at most _EVENT_INDEXED_MAX (its flows are then indexed
+# one by one; a larger batch, a ring step of every rank, is solved as a whole).
+_GROUP_MAX = 256
+_EVENT_INDEXED_MAX = 64
+# the index of resources' flows, dropped by a large batch, is made again once this many
+# events in a row were small, where as many flows as this at most are active
+_REINDEX_AFTER_EVENTS = 8
+_REINDEX_MAX_FLOWS = 4096
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -42,9 +55,17 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     bytes per byte of data weighs 2 on every link it crosses). Repeatedly find the resource
     whose remaining capacity split among the weights of its unfrozen flows is smallest, give
     that rate to all of its unfrozen flows, freeze them, and go on."""
+    return max_min_levels(pair_flow, pair_res, flows, capacity, pair_weight)[0]
+
+
+def max_min_levels(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capacity: np.ndarray,
+                   pair_weight: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """max_min_rates, and whether a round froze a resource whose share was above the round's
+    level (within the freezing tolerance, LEVEL_RTOL): where none did, every flow's rate is
+    the level its own group of flows joined by shared resources gets alone (group_levels)."""
+    if pair_flow.size == 0:  # (no flow crosses a resource of limited capacity)
+        return np.full(flows, np.inf), False
     rates = np.zeros(flows)
-    if pair_flow.size == 0:
-        return rates
     # None where every weight is 1 (counts are then whole numbers of flows)
     weight_of = pair_weight if pair_weight is not None and not bool((pair_weight == 1.0).all()) else None
     if capacity.size <= 2 * pair_res.size + 4096:
@@ -60,7 +81,7 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     if not bool((users > 1).any()):
         # what a resource alone gives its flow: its capacity over the flow's weight on it
         alone = capacity[pair_res] / weight_of if weight_of is not None else capacity[pair_res]
-        return _unshared_rates(pair_flow, alone, flows)
+        return _unshared_levels(pair_flow, alone, flows)
     size = remaining.size
     counts = users if weight_of is None else np.bincount(res_of, weights=weight_of, minlength=size)
     # a flow with an empty route (src == dst) is never constrained
@@ -72,11 +93,13 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
     flow_of = pair_flow
     share = np.empty(size)
     newly = np.zeros(flows, dtype=bool)
+    merged = False
     while True:
         share.fill(np.inf)
         np.divide(remaining, counts, out=share, where=counts > 0)
         level = share.min()
-        tight = share <= level * (1 + 1e-12)
+        tight = share <= level * (1 + LEVEL_RTOL)
+        merged = merged or bool((share[tight] != level).any())
         newly[flow_of[tight[res_of]]] = True
         rates[newly] = level
         newly_pairs = newly[flow_of]
@@ -87,27 +110,65 @@ def max_min_rates(pair_flow: np.ndarray, pair_res: np.ndarray, flows: int, capac
         left = ~newly_pairs
         flow_of, res_of = flow_of[left], res_of[left]
         if not flow_of.size:
-            return rates
+            return rates, merged
         if weight_of is not None:
             weight_of = weight_of[left]
         newly[:] = False
         counts = np.bincount(res_of, weights=weight_of, minlength=size)
 
 
-def _unshared_rates(pair_flow: np.ndarray, pair_capacity: np.ndarray, flows: int) -> np.ndarray:
-    """max_min_rates when no resource carries two flows: the same levels, frozen with the
+def _unshared_levels(pair_flow: np.ndarray, pair_capacity: np.ndarray, flows: int) -> tuple[np.ndarray, bool]:
+    """max_min_levels when no resource carries two flows: the same levels, frozen with the
     same tolerance, from each flow's slowest resource alone (`pair_capacity`: what each
     resource gives, its capacity over the flow's weight on it)."""
     slowest = np.full(flows, np.inf)  # a flow with an empty route is never constrained
     np.minimum.at(slowest, pair_flow, pair_capacity)
     rates = np.empty(flows)
     left = np.ones(flows, dtype=bool)
+    merged = False
     while left.any():
         level = slowest[left].min()
-        hit = left & (slowest <= level * (1 + 1e-12))
+        hit = left & (slowest <= level * (1 + LEVEL_RTOL))
+        merged = merged or bool((slowest[hit] != level).any())
         rates[hit] = level
         left &= ~hit
-    return rates
+    return rates, merged
+
+
+def group_levels(routes: list[tuple[tuple[int, float], ...]], capacity: np.ndarray) -> tuple[list[float], bool]:
+    """max_min_levels of a few flows, each a route of (resource, weight) pairs, in the order
+    max_min_levels takes them, worked out one number at a time with the same arithmetic:
+    each resource's weights summed in the flows' order, its share its remaining capacity
+    over them, the least share the round's level, every resource within LEVEL_RTOL of it
+    frozen, its flows' weights times the level taken off what the resources have left; and,
+    as there, whether a round froze a share above its level. (For a group of ten flows,
+    numpy's calls cost more than their sums.)"""
+    remaining = {r: float(capacity[r]) for route in routes for r, _ in route}
+    levels = [np.inf] * len(routes)  # (a flow with an empty route is never constrained)
+    left = [i for i, route in enumerate(routes) if route]
+    merged = False
+    while left:
+        counts: dict[int, float] = {}
+        for i in left:
+            for r, w in routes[i]:
+                counts[r] = counts.get(r, 0.0) + w
+        shares = {r: remaining[r] / c for r, c in counts.items()}
+        level = min(shares.values())
+        bound = level * (1 + LEVEL_RTOL)
+        tight = {r for r, share in shares.items() if share <= bound}
+        merged = merged or any(shares[r] != level for r in tight)
+        newly = [i for i in left if any(r in tight for r, _ in routes[i])]
+        freed: dict[int, float] = {}
+        for i in newly:
+            levels[i] = level
+            for r, w in routes[i]:
+                freed[r] = freed.get(r, 0.0) + w
+        for r, f in freed.items():
+            after = remaining[r] - level * f
+            remaining[r] = after if after > 0.0 else 0.0
+        frozen = set(newly)
+        left = [i for i in left if i not in frozen]
+    return levels, merged
 
 
 class FlowNetwork:
@@ -140,9 +201,26 @@ class FlowNetwork:
         self._generation = 0
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._in_event = False  # inside our own event, flush() leaves rescheduling to it
-        self._rate_cache: dict[bytes, np.ndarray] = {}
+        # rates of whole multisets of routes, and whether their solve froze levels together
+        self._rate_cache: dict[bytes, tuple[np.ndarray, bool]] = {}
         self._ending = np.zeros(0, dtype=bool)
         self.rate_computations = 0
+        self.group_computations = 0
+        # Each active flow's number (increasing in the order flows join, so that the active
+        # ones' stay sorted) and, while kept, which active flows use each resource, each
+        # flow's route and (resource, weight) pairs, the resources whose flows changed and
+        # the flows that joined since rates were last set (FlowNetwork._group_rates)
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._next_id = 0
+        self._users: dict[int, set[int]] | None = {}
+        self._pairs_of: dict[int, tuple[int, tuple[tuple[int, float], ...]]] = {}
+        self._touched: set[int] = set()
+        self._joined: list[int] = []
+        self._route_binding: dict[int, tuple[tuple[int, float], ...]] = {}
+        self._small_events = 0
+        # whether every active flow's rate is the level of its own group (max_min_levels
+        # froze no levels together when it last solved the whole network)
+        self._own_levels = True
 
     # -- routes
     def add_route(self, resources: np.ndarray, latency_s: float, weights: np.ndarray | None = None) -> int:
@@ -348,6 +426,10 @@ class FlowNetwork:
         instant = tags[empty]
         if instant.size:
             tags, routes, amounts = tags[~empty], routes[~empty], amounts[~empty]
+        ids = np.arange(self._next_id, self._next_id + tags.size, dtype=np.int64)
+        self._next_id += tags.size
+        self._index_joined(ids, routes)
+        self._ids = np.concatenate([self._ids, ids])
         self._tags = np.concatenate([self._tags, tags])
         self._routes = np.concatenate([self._routes, routes])
         self._remaining = np.concatenate([self._remaining, amounts])
@@ -366,10 +448,113 @@ class FlowNetwork:
             np.maximum(self._remaining, 0.0, out=self._remaining)
         self._last = now
 
+    # -- which flows an event can change
+    def _binding_of(self, route: int) -> tuple[tuple[int, float], ...]:
+        found = self._route_binding.get(route)
+        if found is None:
+            start, end = int(self._bind_ptr[route]), int(self._bind_ptr[route + 1])
+            weights = self._bind_wflat[start:end].tolist() if self._bind_wflat is not None else [1.0] * (end - start)
+            found = self._route_binding[route] = tuple(zip(self._bind_flat[start:end].tolist(), weights))
+        return found
+
+    def _small_event(self, flows: int) -> bool:
+        """Whether an event that starts or ends `flows` keeps the index (dropped otherwise)."""
+        if flows > _EVENT_INDEXED_MAX:
+            self._small_events = 0
+            self._users = None
+            self._pairs_of, self._touched, self._joined = {}, set(), []
+            return False
+        self._small_events += 1
+        return self._users is not None
+
+    def _index_joined(self, ids: np.ndarray, routes: np.ndarray) -> None:
+        if not self._small_event(ids.size):
+            return
+        self._sync_routes()
+        users, touched = self._users, self._touched
+        for flow, route in zip(ids.tolist(), routes.tolist()):
+            pairs = self._binding_of(route)
+            self._pairs_of[flow] = (route, pairs)
+            self._joined.append(flow)
+            for r, _ in pairs:
+                users.setdefault(r, set()).add(flow)
+                touched.add(r)
+
+    def _index_left(self, ids: np.ndarray) -> None:
+        if not self._small_event(ids.size):
+            return
+        users, touched = self._users, self._touched
+        for flow in ids.tolist():
+            for r, _ in self._pairs_of.pop(flow)[1]:
+                flows = users[r]
+                flows.discard(flow)
+                if not flows:
+                    del users[r]
+                touched.add(r)
+
+    def _reindex(self) -> None:
+        self._users, self._pairs_of = {}, {}
+        for flow, route in zip(self._ids.tolist(), self._routes.tolist()):
+            pairs = self._binding_of(route)
+            self._pairs_of[flow] = (route, pairs)
+            for r, _ in pairs:
+                self._users.setdefault(r, set()).add(flow)
+
+    # -- rates
     def _compute_rates(self) -> np.ndarray:
-        # Rates depend only on the multiset of active routes; symmetric steps repeat the
-        # same multiset thousands of times. Look up the arrival order first (cheap), then
-        # the sorted order (one argsort), and only then solve.
+        rates = self._group_rates() if self._users is not None and self._own_levels else None
+        self.group_computations += rates is not None
+        if rates is None:
+            rates, merged = self._whole_rates()
+            self._own_levels = not merged
+            if (self._users is None and self._small_events >= _REINDEX_AFTER_EVENTS
+                    and self._ids.size <= _REINDEX_MAX_FLOWS):
+                self._reindex()
+        self._touched, self._joined = set(), []
+        return rates
+
+    def _group_rates(self) -> np.ndarray | None:
+        """The rates of every flow after an event that changed a few: the flows joined by
+        shared resources to those it started or ended (their groups) solved alone
+        (group_levels), the others' rates as they were. That is what the whole network's
+        max_min_levels gives wherever no level comes within LEVEL_RTOL of another without
+        being equal (it would freeze them together; an event's groups, solved as one, would
+        too): checked, and None where one does, or where the groups have more than
+        _GROUP_MAX flows."""
+        users, pairs_of = self._users, self._pairs_of
+        group = set(self._joined)
+        seen: set[int] = set()
+        stack = list(self._touched)
+        while stack:
+            r = stack.pop()
+            if r in seen:
+                continue
+            seen.add(r)
+            for flow in users.get(r, ()):
+                if flow not in group:
+                    group.add(flow)
+                    if len(group) > _GROUP_MAX:
+                        return None
+                    stack.extend(r2 for r2, _ in pairs_of[flow][1] if r2 not in seen)
+        rates = self._rates.copy()
+        if group:
+            # in max_min_levels' order: by route, then as they joined
+            order = sorted(group, key=lambda flow: (pairs_of[flow][0], flow))
+            levels, merged = group_levels([pairs_of[flow][1] for flow in order], self.capacity)
+            if merged:
+                return None
+            rates[np.searchsorted(self._ids, np.array(order, dtype=np.int64))] = levels
+            finite = np.sort(rates[rates < np.inf])
+            lower, upper = finite[:-1], finite[1:]
+            if bool(((upper != lower) & (upper <= lower * (1 + LEVEL_RTOL))).any()):
+                return None
+        return rates
+
+    def _whole_rates(self) -> tuple[np.ndarray, bool]:
+        """max_min_levels of every active flow. Rates depend only on the multiset of active
+        routes; symmetric steps repeat the same multiset thousands of times. Look up the
+        arrival order first (cheap), then the sorted order (one argsort), and only then
+        solve."""
         quick_key = self._routes.tobytes()
         cached = self._rate_cache.get(quick_key)
         if cached is not None:
@@ -378,21 +563,21 @@ class FlowNetwork:
         order = np.argsort(self._routes, kind="stable")
         sorted_routes = self._routes[order]
         key = b"s" + sorted_routes.tobytes()
-        sorted_rates = self._rate_cache.get(key)
-        if sorted_rates is None:
+        found = self._rate_cache.get(key)
+        if found is None:
             pair_flow, pair_res, pair_weight = self.binding_pairs(sorted_routes)
-            sorted_rates = max_min_rates(pair_flow, pair_res, flows, self.capacity, pair_weight)
+            found = max_min_levels(pair_flow, pair_res, flows, self.capacity, pair_weight)
             self.rate_computations += 1
-            self._remember(key, sorted_rates)
+            self._remember(key, found)
         rates = np.empty(flows)
-        rates[order] = sorted_rates
-        self._remember(quick_key, rates)
-        return rates
+        rates[order] = found[0]
+        self._remember(quick_key, (rates, found[1]))
+        return rates, found[1]
 
-    def _remember(self, key: bytes, rates: np.ndarray) -> None:
+    def _remember(self, key: bytes, found: tuple[np.ndarray, bool]) -> None:
         if len(self._rate_cache) > 8192:
             self._rate_cache.clear()
-        self._rate_cache[key] = rates
+        self._rate_cache[key] = found
 
     def _reschedule(self) -> None:
         self._generation += 1
@@ -414,6 +599,8 @@ class FlowNetwork:
         self._advance()
         finished = self._tags[done]
         keep = ~done
+        self._index_left(self._ids[done])
+        self._ids = self._ids[keep]
         self._tags, self._routes = self._tags[keep], self._routes[keep]
         self._remaining, self._rates = self._remaining[keep], self._rates[keep]
         self._in_event = True
