@@ -1,6 +1,7 @@
 """What `gansim predict` spends its events on: each run it plays (the first, then any played
-again with part of it on the flow network), and the max-min problems the flow network solves
-(how many flows each covers, and how large the groups of flows that share a resource are).
+again with part of it on the flow network), and the max-min problems the flow network solves:
+over the whole network (how many flows each covers, and how large the groups of flows that
+share a resource are), or for the groups of flows an event changed (how many flows).
 
     python bench/predict_events.py [--profile PROFILE.json] [--world-size 1024] [--every 25]
                                    [--markdown docs/performance.md [--block predict-events]]
@@ -39,11 +40,13 @@ def largest_group(pair_flow: np.ndarray, pair_res: np.ndarray, count: int) -> in
     return int(np.bincount(label[:count]).max()) if count else 0
 
 
-def count_events(profile: Path, world_size: int, every: int) -> tuple[list[dict], list[int], list[int], float]:
+def count_events(profile: Path, world_size: int, every: int) -> tuple[list[dict], list[int], list[int], list[int],
+                                                                     float]:
     runs: list[dict] = []
     solved: list[int] = []
     groups: list[int] = []
-    solve, simulate = flows.max_min_rates, step._simulate
+    grouped: list[int] = []
+    solve, solve_group, simulate = flows.max_min_levels, flows.group_levels, step._simulate
 
     def counted_solve(pair_flow, pair_res, count, capacity, pair_weight=None):
         solved.append(count)
@@ -51,46 +54,56 @@ def count_events(profile: Path, world_size: int, every: int) -> tuple[list[dict]
             groups.append(largest_group(pair_flow, pair_res, count))
         return solve(pair_flow, pair_res, count, capacity, pair_weight)
 
+    def counted_group(routes, capacity):
+        grouped.append(len(routes))
+        return solve_group(routes, capacity)
+
     def counted_simulate(*args, **kwargs):
         began = time.perf_counter()
         timeline = simulate(*args, **kwargs)
         graph = timeline.graph
+        network = timeline.cluster.network
         runs.append({"ranks": timeline.cluster.ranks, "heads": dict(kwargs.get("heads") or {}),
                      "seconds": time.perf_counter() - began, "tasks": int(graph.kind.size),
                      "flows": int((graph.kind == FLOW).sum()),
                      "compute_flows": int(((graph.kind == FLOW) & (graph.category == COMPUTE)).sum()),
-                     "events": int(timeline.execution.events),
-                     "rates": int(timeline.cluster.network.rate_computations)})
+                     "events": int(timeline.execution.events), "rates": int(network.rate_computations),
+                     "groups": int(network.group_computations)})
         return timeline
 
-    flows.max_min_rates, step._simulate = counted_solve, counted_simulate
+    flows.max_min_levels, flows.group_levels, step._simulate = counted_solve, counted_group, counted_simulate
     began = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             gansim_main(["predict", "--profile", str(profile), "--world-sizes", str(world_size)])
     finally:
-        flows.max_min_rates, step._simulate = solve, simulate
-    return runs, solved, groups, time.perf_counter() - began
+        flows.max_min_levels, flows.group_levels, step._simulate = solve, solve_group, simulate
+    return runs, solved, groups, grouped, time.perf_counter() - began
 
 
-def table(runs: list[dict], solved: list[int], groups: list[int], seconds: float, world_size: int,
-          every: int) -> str:
+def _spread(sizes: list[int]) -> str:
+    values = np.array(sizes)
+    return (f"median {np.median(values):.0f}, 90th percentile {np.quantile(values, 0.9):.0f}, most {values.max():,}"
+            if values.size else "none")
+
+
+def table(runs: list[dict], solved: list[int], groups: list[int], grouped: list[int], seconds: float,
+          world_size: int, every: int) -> str:
     lines = [f"`gansim predict --world-sizes {world_size}` (and its one-rank baseline), counted in one process: "
              f"{seconds:.2f} s with the counters.", "",
              "| run | ranks | first steps on the flow network, per collective | tasks | flows "
-             "| of them compute | events | max-min problems | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| of them compute | events | rates of the whole network | of an event's groups | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for i, run in enumerate(runs, 1):
         heads = run["heads"]
         head_text = ", ".join(str(v) for v in heads.values()) + f" ({len(heads)} collectives)" if heads else "none"
         lines.append(f"| {i} | {run['ranks']:,} | {head_text} | {run['tasks']:,} "
                      f"| {run['flows']:,} | {run['compute_flows']:,} | {run['events']:,} | {run['rates']:,} "
-                     f"| {run['seconds']:.2f} |")
-    sizes = np.array(solved)
-    lines += ["", f"Max-min problems solved: {sizes.size:,}. Flows in each: median {np.median(sizes):.0f}, "
-              f"90th percentile {np.quantile(sizes, 0.9):.0f}, most {sizes.max():,}. Flows in the largest group "
-              f"joined by shared resources, in every {every}th problem ({len(groups):,}): median "
-              f"{np.median(groups):.0f}, 90th percentile {np.quantile(groups, 0.9):.0f}, most {max(groups)}."]
+                     f"| {run['groups']:,} | {run['seconds']:.2f} |")
+    lines += ["", f"Max-min problems of the whole network solved: {len(solved):,}; flows in each: {_spread(solved)}; "
+              f"flows in the largest group joined by shared resources, in every {every}th problem "
+              f"({len(groups):,}): {_spread(groups)}. Problems of an event's groups solved alone: {len(grouped):,}; "
+              f"flows in each: {_spread(grouped)} (an event that changed no flow's rate solves none)."]
     return "\n".join(lines) + "\n"
 
 
@@ -106,8 +119,8 @@ def main() -> int:
         parser.error("--every must be at least 1 and --world-size at least 2")
     with tempfile.TemporaryDirectory() as scratch:
         profile = args.profile or calibrated_profile(Path(scratch))
-        runs, solved, groups, seconds = count_events(profile, args.world_size, args.every)
-    text = table(runs, solved, groups, seconds, args.world_size, args.every)
+        runs, solved, groups, grouped, seconds = count_events(profile, args.world_size, args.every)
+    text = table(runs, solved, groups, grouped, seconds, args.world_size, args.every)
     print(text)
     if args.markdown:
         write_markdown(args.markdown, text, args.block)
