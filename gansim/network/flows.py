@@ -28,6 +28,9 @@ LEVEL_RTOL = 1e-12
 # one by one; a larger batch, a ring step of every rank, is solved as a whole).
 _GROUP_MAX = 256
 _EVENT_INDEXED_MAX = 64
+# with fewer flows active, the whole network's solve costs as little, and its cache of
+# multisets met before (whatever the order the flows joined in) hits more often
+_GROUPS_FROM_FLOWS = 64
 # the index of resources' flows, dropped by a large batch, is made again once this many
 # events in a row were small, where as many flows as this at most are active
 _REINDEX_AFTER_EVENTS = 8
@@ -217,6 +220,7 @@ class FlowNetwork:
         self._touched: set[int] = set()
         self._joined: list[int] = []
         self._route_binding: dict[int, tuple[tuple[int, float], ...]] = {}
+        self._group_cache: dict[tuple[int, ...], tuple[list[float], bool]] = {}  # per routes in order
         self._small_events = 0
         # whether every active flow's rate is the level of its own group (max_min_levels
         # froze no levels together when it last solved the whole network)
@@ -502,14 +506,24 @@ class FlowNetwork:
 
     # -- rates
     def _compute_rates(self) -> np.ndarray:
-        rates = self._group_rates() if self._users is not None and self._own_levels else None
-        self.group_computations += rates is not None
-        if rates is None:
-            rates, merged = self._whole_rates()
-            self._own_levels = not merged
-            if (self._users is None and self._small_events >= _REINDEX_AFTER_EVENTS
-                    and self._ids.size <= _REINDEX_MAX_FLOWS):
-                self._reindex()
+        # Rates depend only on the multiset of active routes; symmetric steps, and a small
+        # run's steps, repeat the same multiset thousands of times: looked up first, in the
+        # order the flows joined (cheap)
+        quick_key = self._routes.tobytes()
+        found = self._rate_cache.get(quick_key)
+        if found is None and self._users is not None and self._own_levels and self._ids.size > _GROUPS_FROM_FLOWS:
+            rates = self._group_rates()
+            if rates is not None:
+                self.group_computations += 1
+                found = (rates, False)
+                self._remember(quick_key, found)
+        if found is None:
+            found = self._whole_rates(quick_key)
+        rates, merged = found
+        self._own_levels = not merged
+        if self._users is None and self._small_events >= _REINDEX_AFTER_EVENTS and \
+                self._ids.size <= _REINDEX_MAX_FLOWS:
+            self._reindex()
         self._touched, self._joined = set(), []
         return rates
 
@@ -540,7 +554,14 @@ class FlowNetwork:
         if group:
             # in max_min_levels' order: by route, then as they joined
             order = sorted(group, key=lambda flow: (pairs_of[flow][0], flow))
-            levels, merged = group_levels([pairs_of[flow][1] for flow in order], self.capacity)
+            routes = tuple(pairs_of[flow][0] for flow in order)
+            found = self._group_cache.get(routes)
+            if found is None:
+                if len(self._group_cache) > 8192:
+                    self._group_cache.clear()
+                found = self._group_cache[routes] = group_levels([pairs_of[flow][1] for flow in order],
+                                                                 self.capacity)
+            levels, merged = found
             if merged:
                 return None
             rates[np.searchsorted(self._ids, np.array(order, dtype=np.int64))] = levels
@@ -550,15 +571,9 @@ class FlowNetwork:
                 return None
         return rates
 
-    def _whole_rates(self) -> tuple[np.ndarray, bool]:
-        """max_min_levels of every active flow. Rates depend only on the multiset of active
-        routes; symmetric steps repeat the same multiset thousands of times. Look up the
-        arrival order first (cheap), then the sorted order (one argsort), and only then
-        solve."""
-        quick_key = self._routes.tobytes()
-        cached = self._rate_cache.get(quick_key)
-        if cached is not None:
-            return cached
+    def _whole_rates(self, quick_key: bytes) -> tuple[np.ndarray, bool]:
+        """max_min_levels of every active flow (their routes in the order they joined are
+        `quick_key`): looked up in the sorted order (one argsort), and only then solved."""
         flows = self._routes.size
         order = np.argsort(self._routes, kind="stable")
         sorted_routes = self._routes[order]
