@@ -195,7 +195,6 @@ def _flows_run(seed: int, monkeypatch, whole: bool) -> tuple[list[tuple[int, flo
 
     # (an event that starts or ends more flows than this drops the index: every event then)
     monkeypatch.setattr(flows, "_EVENT_INDEXED_MAX", -1 if whole else 64)
-    monkeypatch.setattr(flows, "_GROUPS_FROM_FLOWS", 0)  # (groups however few flows are active)
     rng = np.random.default_rng(seed)
     capacity = rng.choice([10.0, 10.0 * (1 + 3e-13), 4.0, 25.0, 7.5, 2.5 * (1 - 2e-13), np.inf], size=40)
     env = simpy.Environment()

@@ -9,6 +9,7 @@ generation counter and a timer that fires for an older generation does nothing."
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable
 
 import numpy as np
@@ -28,9 +29,9 @@ LEVEL_RTOL = 1e-12
 # one by one; a larger batch, a ring step of every rank, is solved as a whole).
 _GROUP_MAX = 256
 _EVENT_INDEXED_MAX = 64
-# with fewer flows active, the whole network's solve costs as little, and its cache of
-# multisets met before (whatever the order the flows joined in) hits more often
-_GROUPS_FROM_FLOWS = 64
+# with at most this many flows active, a multiset of routes met before in another order (a
+# small run's steps) is looked up before any group is solved: one argsort of a few routes
+_SORTED_LOOKUP_MAX_FLOWS = 64
 # the index of resources' flows, dropped by a large batch, is made again once this many
 # events in a row were small, where as many flows as this at most are active
 _REINDEX_AFTER_EVENTS = 8
@@ -174,6 +175,53 @@ def group_levels(routes: list[tuple[tuple[int, float], ...]], capacity: np.ndarr
     return levels, merged
 
 
+class _Levels:
+    """The active flows' rates, counted, in buckets of 2^-38 of their log2: two levels within
+    LEVEL_RTOL of each other (1.44e-12 of a log2 apart at most) are in one bucket or the next,
+    so whether a level has another that near is a look at three buckets. (0, a flow's rate
+    before it is first set, and inf, a flow nothing constrains, are not counted.)"""
+
+    _PER_LOG2 = 2.0 ** 38
+
+    def __init__(self, rates: Iterable[float]):
+        self.buckets: dict[int, dict[float, int]] = {}
+        for level in rates:
+            self.add(level)
+
+    def _bucket(self, level: float) -> int:
+        return math.floor(math.log2(level) * self._PER_LOG2)
+
+    def add(self, level: float) -> None:
+        if 0.0 < level < math.inf:
+            bucket = self.buckets.setdefault(self._bucket(level), {})
+            bucket[level] = bucket.get(level, 0) + 1
+
+    def remove(self, level: float) -> None:
+        if 0.0 < level < math.inf:
+            key = self._bucket(level)
+            bucket = self.buckets[key]
+            left = bucket[level] - 1
+            if left:
+                bucket[level] = left
+            else:
+                del bucket[level]
+                if not bucket:
+                    del self.buckets[key]
+
+    def near(self, level: float) -> bool:
+        """Whether another level is within LEVEL_RTOL of `level` without being equal (the
+        whole network's filling would freeze the two together)."""
+        if not 0.0 < level < math.inf:
+            return False
+        key = self._bucket(level)
+        for bucket in (self.buckets.get(key - 1, ()), self.buckets.get(key, ()), self.buckets.get(key + 1, ())):
+            for other in bucket:
+                if other != level and (other <= level * (1 + LEVEL_RTOL) if other > level
+                                       else level <= other * (1 + LEVEL_RTOL)):
+                    return True
+        return False
+
+
 class FlowNetwork:
     """Resources with capacities, routes over them, and flows of work along routes.
 
@@ -222,6 +270,7 @@ class FlowNetwork:
         self._route_binding: dict[int, tuple[tuple[int, float], ...]] = {}
         self._group_cache: dict[tuple[int, ...], tuple[list[float], bool]] = {}  # per routes in order
         self._small_events = 0
+        self._levels: _Levels | None = None  # while kept, the multiset of self._rates
         # whether every active flow's rate is the level of its own group (max_min_levels
         # froze no levels together when it last solved the whole network)
         self._own_levels = True
@@ -465,7 +514,7 @@ class FlowNetwork:
         """Whether an event that starts or ends `flows` keeps the index (dropped otherwise)."""
         if flows > _EVENT_INDEXED_MAX:
             self._small_events = 0
-            self._users = None
+            self._users, self._levels = None, None
             self._pairs_of, self._touched, self._joined = {}, set(), []
             return False
         self._small_events += 1
@@ -484,9 +533,12 @@ class FlowNetwork:
                 users.setdefault(r, set()).add(flow)
                 touched.add(r)
 
-    def _index_left(self, ids: np.ndarray) -> None:
+    def _index_left(self, ids: np.ndarray, rates: np.ndarray) -> None:
         if not self._small_event(ids.size):
             return
+        if self._levels is not None:
+            for level in rates.tolist():
+                self._levels.remove(level)
         users, touched = self._users, self._touched
         for flow in ids.tolist():
             for r, _ in self._pairs_of.pop(flow)[1]:
@@ -511,14 +563,19 @@ class FlowNetwork:
         # order the flows joined (cheap)
         quick_key = self._routes.tobytes()
         found = self._rate_cache.get(quick_key)
-        if found is None and self._users is not None and self._own_levels and self._ids.size > _GROUPS_FROM_FLOWS:
+        if found is None and self._ids.size <= _SORTED_LOOKUP_MAX_FLOWS:
+            found = self._whole_rates(quick_key, solve=False)
+        grouped = False
+        if found is None and self._users is not None and self._own_levels:
             rates = self._group_rates()
             if rates is not None:
                 self.group_computations += 1
-                found = (rates, False)
+                grouped, found = True, (rates, False)
                 self._remember(quick_key, found)
         if found is None:
             found = self._whole_rates(quick_key)
+        if not grouped:
+            self._levels = None  # (every rate set at once)
         rates, merged = found
         self._own_levels = not merged
         if self._users is None and self._small_events >= _REINDEX_AFTER_EVENTS and \
@@ -564,22 +621,31 @@ class FlowNetwork:
             levels, merged = found
             if merged:
                 return None
-            rates[np.searchsorted(self._ids, np.array(order, dtype=np.int64))] = levels
-            finite = np.sort(rates[rates < np.inf])
-            lower, upper = finite[:-1], finite[1:]
-            if bool(((upper != lower) & (upper <= lower * (1 + LEVEL_RTOL))).any()):
+            at = np.searchsorted(self._ids, np.array(order, dtype=np.int64))
+            if self._levels is None:
+                self._levels = _Levels(self._rates.tolist())
+            for level in self._rates[at].tolist():
+                self._levels.remove(level)
+            for level in levels:
+                self._levels.add(level)
+            rates[at] = levels
+            # (the other flows' levels come no nearer to one another than before the event)
+            if any(self._levels.near(level) for level in set(levels)):
                 return None
         return rates
 
-    def _whole_rates(self, quick_key: bytes) -> tuple[np.ndarray, bool]:
+    def _whole_rates(self, quick_key: bytes, solve: bool = True) -> tuple[np.ndarray, bool] | None:
         """max_min_levels of every active flow (their routes in the order they joined are
-        `quick_key`): looked up in the sorted order (one argsort), and only then solved."""
+        `quick_key`): looked up in the sorted order (one argsort), and only then solved
+        (None where not found and not to be solved)."""
         flows = self._routes.size
         order = np.argsort(self._routes, kind="stable")
         sorted_routes = self._routes[order]
         key = b"s" + sorted_routes.tobytes()
         found = self._rate_cache.get(key)
         if found is None:
+            if not solve:
+                return None
             pair_flow, pair_res, pair_weight = self.binding_pairs(sorted_routes)
             found = max_min_levels(pair_flow, pair_res, flows, self.capacity, pair_weight)
             self.rate_computations += 1
@@ -614,7 +680,7 @@ class FlowNetwork:
         self._advance()
         finished = self._tags[done]
         keep = ~done
-        self._index_left(self._ids[done])
+        self._index_left(self._ids[done], self._rates[done])
         self._ids = self._ids[keep]
         self._tags, self._routes = self._tags[keep], self._routes[keep]
         self._remaining, self._rates = self._remaining[keep], self._rates[keep]
