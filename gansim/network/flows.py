@@ -24,18 +24,21 @@ SAME_TIME_RTOL = 1e-9
 # level, so that shares equal but for rounding give their flows one rate.
 LEVEL_RTOL = 1e-12
 # An event's rates are worked out again for the flows joined, through shared resources, to
-# those it starts or ends (FlowNetwork._group_rates), while these are at most this many
-# flows, and while it starts or ends at most _EVENT_INDEXED_MAX (its flows are then indexed
-# one by one; a larger batch, a ring step of every rank, is solved as a whole).
-_GROUP_MAX = 256
+# those it starts or ends (FlowNetwork._group_rates), while these cross at most this many
+# resources (counted once per flow), and while it starts or ends at most _EVENT_INDEXED_MAX
+# flows crossing at most _EVENT_INDEXED_MAX_PAIRS resources (its flows are then indexed one
+# resource at a time; a larger batch, a ring step of every rank or an NCCL channel over
+# thousands of links, is solved as a whole).
+_GROUP_MAX_PAIRS = 2048
 _EVENT_INDEXED_MAX = 64
+_EVENT_INDEXED_MAX_PAIRS = 1024
 # with at most this many flows active, a multiset of routes met before in another order (a
 # small run's steps) is looked up before any group is solved: one argsort of a few routes
 _SORTED_LOOKUP_MAX_FLOWS = 64
 # the index of resources' flows, dropped by a large batch, is made again once this many
-# events in a row were small, where as many flows as this at most are active
+# events in a row were small, where the active flows cross at most this many resources
 _REINDEX_AFTER_EVENTS = 8
-_REINDEX_MAX_FLOWS = 4096
+_REINDEX_MAX_PAIRS = 16384
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -510,9 +513,14 @@ class FlowNetwork:
             found = self._route_binding[route] = tuple(zip(self._bind_flat[start:end].tolist(), weights))
         return found
 
-    def _small_event(self, flows: int) -> bool:
-        """Whether an event that starts or ends `flows` keeps the index (dropped otherwise)."""
-        if flows > _EVENT_INDEXED_MAX:
+    def _pairs_in(self, routes: np.ndarray) -> int:
+        """How many resources of limited capacity the flows on `routes` cross in all."""
+        return int((self._bind_ptr[routes + 1] - self._bind_ptr[routes]).sum())
+
+    def _small_event(self, routes: np.ndarray) -> bool:
+        """Whether an event that starts or ends flows on `routes` keeps the index (dropped
+        otherwise)."""
+        if routes.size > _EVENT_INDEXED_MAX or self._pairs_in(routes) > _EVENT_INDEXED_MAX_PAIRS:
             self._small_events = 0
             self._users, self._levels = None, None
             self._pairs_of, self._touched, self._joined = {}, set(), []
@@ -521,9 +529,9 @@ class FlowNetwork:
         return self._users is not None
 
     def _index_joined(self, ids: np.ndarray, routes: np.ndarray) -> None:
-        if not self._small_event(ids.size):
-            return
         self._sync_routes()
+        if not self._small_event(routes):
+            return
         users, touched = self._users, self._touched
         for flow, route in zip(ids.tolist(), routes.tolist()):
             pairs = self._binding_of(route)
@@ -533,8 +541,8 @@ class FlowNetwork:
                 users.setdefault(r, set()).add(flow)
                 touched.add(r)
 
-    def _index_left(self, ids: np.ndarray, rates: np.ndarray) -> None:
-        if not self._small_event(ids.size):
+    def _index_left(self, ids: np.ndarray, routes: np.ndarray, rates: np.ndarray) -> None:
+        if not self._small_event(routes):
             return
         if self._levels is not None:
             for level in rates.tolist():
@@ -579,7 +587,7 @@ class FlowNetwork:
         rates, merged = found
         self._own_levels = not merged
         if self._users is None and self._small_events >= _REINDEX_AFTER_EVENTS and \
-                self._ids.size <= _REINDEX_MAX_FLOWS:
+                self._pairs_in(self._routes) <= _REINDEX_MAX_PAIRS:
             self._reindex()
         self._touched, self._joined = set(), []
         return rates
@@ -590,12 +598,13 @@ class FlowNetwork:
         (group_levels), the others' rates as they were. That is what the whole network's
         max_min_levels gives wherever no level comes within LEVEL_RTOL of another without
         being equal (it would freeze them together; an event's groups, solved as one, would
-        too): checked, and None where one does, or where the groups have more than
-        _GROUP_MAX flows."""
+        too): checked, and None where one does, or where the groups cross more than
+        _GROUP_MAX_PAIRS resources."""
         users, pairs_of = self._users, self._pairs_of
         group = set(self._joined)
         seen: set[int] = set()
         stack = list(self._touched)
+        pairs = len(stack)
         while stack:
             r = stack.pop()
             if r in seen:
@@ -604,9 +613,11 @@ class FlowNetwork:
             for flow in users.get(r, ()):
                 if flow not in group:
                     group.add(flow)
-                    if len(group) > _GROUP_MAX:
+                    route = pairs_of[flow][1]
+                    pairs += len(route)
+                    if pairs > _GROUP_MAX_PAIRS:
                         return None
-                    stack.extend(r2 for r2, _ in pairs_of[flow][1] if r2 not in seen)
+                    stack.extend(r2 for r2, _ in route if r2 not in seen)
         rates = self._rates.copy()
         if group:
             # in max_min_levels' order: by route, then as they joined
@@ -680,7 +691,7 @@ class FlowNetwork:
         self._advance()
         finished = self._tags[done]
         keep = ~done
-        self._index_left(self._ids[done], self._rates[done])
+        self._index_left(self._ids[done], self._routes[done], self._rates[done])
         self._ids = self._ids[keep]
         self._tags, self._routes = self._tags[keep], self._routes[keep]
         self._remaining, self._rates = self._remaining[keep], self._rates[keep]
