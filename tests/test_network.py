@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from gansim.core.arrays import ragged, unique_inverse
+from gansim.core.arrays import ragged, unique_inverse, unique_pairs
 from gansim.network.flows import FlowNetwork, max_min_rates
 
 GB = 1e9
@@ -266,6 +266,19 @@ def test_distinct_numbers_counted_are_those_np_unique_sorts(high):
         assert used.dtype == values.dtype
         assert np.array_equal(used, expected_used)
         assert np.array_equal(inverse, expected_inverse.ravel())
+
+
+@pytest.mark.parametrize("high", [3, 1000, 10**6])
+def test_distinct_pairs_are_the_rows_np_unique_sorts(high):
+    rng = np.random.default_rng(high)
+    for size in (0, 1, 7, 5000):
+        a, b = rng.integers(0, high, size=size), rng.integers(0, 2 * high, size=size)
+        pairs, inverse = unique_pairs(a, b)
+        expected_pairs, expected_inverse = np.unique(np.stack([a, b], axis=1).reshape(size, 2), axis=0,
+                                                     return_inverse=True)
+        assert np.array_equal(pairs, expected_pairs) and np.array_equal(inverse, expected_inverse.ravel())
+    with pytest.raises(ValueError):
+        unique_pairs(np.array([1, -1]), np.array([0, 0]))
 
 
 def test_routes_added_in_a_block_are_the_routes_added_one_by_one():

@@ -279,7 +279,8 @@ def test_hosts_copied_from_the_first_machine_are_the_searched_ones(params):
 
 def test_topology_digest_follows_every_node_link_and_figure():
     """The resumable state's key for a machine: the same for the same machine built twice,
-    another for any change to a node's field, a link, a capacity, a latency or the name."""
+    another for any change to a node's field, a link, a capacity, a latency, the name or the
+    NCCL_P2P_LEVEL of its runs."""
     from gansim.runner.partial import topology_digest
 
     data = {"name": "box",
@@ -295,6 +296,8 @@ def test_topology_digest_follows_every_node_link_and_figure():
         lambda d: d["links"][2].update(kind="nvlink"),
         lambda d: d["links"].append({"a": "g0", "b": "g1", "kind": "nvlink", "bandwidth_GBps": 25.0, "latency_us": 1.0}),
         lambda d: d.update(name="box2"),
+        lambda d: d.update(nccl_p2p_level="SYS"),
+        lambda d: d["links"][0].update(a="sw", b="g0"),  # the same link the other way round
     ]
     seen = {topology_digest(topology_from_dict(copy.deepcopy(data), "test"))}
     assert topology_digest(topology_from_dict(copy.deepcopy(data), "test")) in seen

@@ -10,6 +10,7 @@ import pytest
 
 from gansim.topology import graph as graph_module
 from gansim.topology.graph import topology_from_dict
+from gansim.topology import paths
 from gansim.topology.paths import Digraph, Search, components, dijkstra, path_to
 
 
@@ -55,6 +56,30 @@ def test_a_search_settled_bit_by_bit_ends_as_the_whole_search():
     search.settle()
     dist, pred, _ = search.found()
     assert (dist, pred) == (whole_dist, whole_pred)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_whole_search_on_arrays_is_the_heaps_to_every_tie(seed):
+    """dijkstra() without targets on a graph of whole weights works on arrays: every distance,
+    every predecessor (of equally short ones, the one the heap's search takes, lowest or
+    highest first) and every source as the heap's search gives them, skipped vertices and
+    several sources included; weights of 10**6 and more, as routes weigh, too."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    rows, cols = rng.integers(0, n, 4 * n), rng.integers(0, n, 4 * n)
+    keep = rows != cols
+    weights = rng.integers(1, 4, keep.sum()).astype(float) * (10.0**6 if seed % 2 else 1.0)
+    g = Digraph(n, rows[keep], cols[keep], weights)
+    assert g.whole_weights and n >= paths._WHOLE_SEARCH_MIN_VERTICES
+    for graph in (g, g.reversed()):
+        for high_first in (False, True):
+            sources = rng.choice(n, size=3, replace=False).tolist()
+            skip = frozenset(rng.choice(n, size=15, replace=False).tolist()) - {sources[0]}
+            heap = Search(graph, sources, skip=skip, high_first=high_first)
+            heap.settle()
+            assert dijkstra(graph, sources, skip=skip, high_first=high_first) == heap.found()
+    halves = Digraph(n, rows[keep], cols[keep], weights + 0.5)  # not whole: searched on the heap
+    assert not halves.whole_weights
 
 
 def test_components_numbers_parts_by_their_smallest_vertex():

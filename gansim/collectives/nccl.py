@@ -53,7 +53,7 @@ from gansim.collectives.nccl_tuning import (
     tree_correction,
     tune,
 )
-from gansim.core.arrays import content_key, ragged, unique_inverse
+from gansim.core.arrays import content_key, ragged, unique_inverse, unique_pairs
 from gansim.network.cluster import Cluster
 from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
 
@@ -408,8 +408,7 @@ def _routes_between(topo, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.
     """The routes from nodes a[i] to b[i] (indices): per pair its count of links, and the
     links end to end; those of one or two links found at once (Topology.short_route_links),
     the others one by one."""
-    keys, inverse = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
-    inverse = inverse.ravel()
+    keys, inverse = unique_pairs(a, b)
     count, pair = topo.short_route_links(keys[:, 0], keys[:, 1])
     searched = np.flatnonzero(count == 0)
     if searched.size == 0:

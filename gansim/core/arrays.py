@@ -32,6 +32,20 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return used, inverse.ravel()
 
 
+def unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True) for non-negative
+    integers (node pairs), with the inverse flat: each pair one number, a * (b's top + 1) + b,
+    which sorts as the rows do; numpy's unique of rows sorts them as records, ten times slower."""
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if a.size == 0:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if min(int(a.min()), int(b.min())) < 0:
+        raise ValueError("unique_pairs takes non-negative integers")
+    width = int(b.max()) + 1
+    used, inverse = unique_inverse(a * width + b)
+    return np.stack(np.divmod(used, width), axis=1), inverse
+
+
 def content_key(*arrays: np.ndarray) -> bytes:
     """A dictionary key for the contents of these arrays (their dtypes, shapes and bytes), of
     16 bytes however long they are: a collective's flow may cross a hundred thousand

@@ -11,7 +11,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 
 from gansim.core import limits
-from gansim.core.arrays import ragged
+from gansim.core.arrays import ragged, unique_pairs
 from gansim.core.config import LinkSpec, NodeSpec, TopologyFile, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
@@ -682,12 +682,12 @@ class MachineCopies:
         be every copy's (`carries`), and which of them each pair's is. Its links are moved onto
         copy m's by link_shift[m]."""
         offset = self.start[machine] - self.start[self.template]
-        keys, which = np.unique(np.stack([a - offset, b - offset], axis=1), axis=0, return_inverse=True)
+        keys, which = unique_pairs(a - offset, b - offset)
         ids = list(topo.nodes)
         pairs = [(ids[u], ids[v]) for u, v in keys.tolist()]
         topo._routes_inside(pairs, self)
         routes = topo.routes(pairs)
-        return routes, np.array([self.carries(topo, r.links) for r in routes], dtype=bool), which.ravel()
+        return routes, np.array([self.carries(topo, r.links) for r in routes], dtype=bool), which
 
     @classmethod
     def find(cls, topo: "Topology") -> "MachineCopies | None":
