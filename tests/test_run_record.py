@@ -83,3 +83,28 @@ def test_a_kept_point_of_another_shape_is_simulated_again(tmp_path):
 
 def test_the_api_run_is_the_runner_record():
     assert gansim.Run is RunRecord
+
+
+def test_each_level_covers_the_union_of_its_own_and_the_lower_levels_intervals():
+    """union_lengths_per_rank against a merge done by hand, rank by rank: the measure of the
+    union of every interval of level L or less (compute, then compute and data, then all)."""
+    import numpy as np
+
+    from gansim.runner.record import union_lengths_per_rank
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        ranks, n = int(rng.integers(1, 6)), int(rng.integers(0, 40))
+        rank, level = rng.integers(0, ranks, n), rng.integers(0, 3, n)
+        start = np.round(rng.random(n) * 10, 1)
+        end = start + np.round(rng.random(n) * 3, 1)
+        got = union_lengths_per_rank(rank, start, end, level, 3, ranks)
+        for at in range(3):
+            for r in range(ranks):
+                merged: list[list[float]] = []
+                for s, e in sorted(zip(start[(rank == r) & (level <= at)], end[(rank == r) & (level <= at)])):
+                    if merged and s <= merged[-1][1]:
+                        merged[-1][1] = max(merged[-1][1], e)
+                    else:
+                        merged.append([s, e])
+                assert got[at][r] == pytest.approx(sum(e - s for s, e in merged), abs=1e-9)

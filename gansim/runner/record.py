@@ -16,30 +16,39 @@ from gansim.training.step import RunTimeline
 from gansim.training.workloads import AllreduceWorkload, Workload
 
 
-def union_length_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, ranks: int) -> np.ndarray:
-    """Measure of the union of each rank's intervals (overlaps counted once)."""
+def union_lengths_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, level: np.ndarray,
+                           levels: int, ranks: int) -> list[np.ndarray]:
+    """Per level L < `levels` (every interval's level is one of them), the measure of the
+    union of each rank's intervals of level L or less (overlaps counted once). The intervals are sorted once, each rank in a window of its
+    own so that one sweep merges all ranks at once; each level then sweeps its own, in that
+    order (a run holds millions of intervals, so temporaries are freed as soon as used)."""
     if rank.size == 0:
-        return np.zeros(ranks)
+        return [np.zeros(ranks) for _ in range(levels)]
     span = float(max(end.max(), 0.0)) + 1.0
-    # shift each rank into its own window so one sorted sweep merges all ranks at once
-    # (temporaries freed as soon as they are used: a run holds millions of intervals)
-    shift = rank * span
-    s = start + shift
-    e = np.add(end, shift, out=shift)
-    order = np.argsort(s, kind="stable")
-    s = s[order]
-    e = e[order]
-    r = rank[order]
-    del order
-    reach = np.maximum.accumulate(e)
-    new_segment = np.empty(s.size, dtype=bool)
-    new_segment[0] = True
-    np.greater(s[1:], reach[:-1], out=new_segment[1:])
-    del reach
-    firsts = np.flatnonzero(new_segment)
-    seg_end = np.maximum.reduceat(e, firsts)  # each segment's furthest end
-    del e
-    return np.bincount(r[firsts], weights=seg_end - s[firsts], minlength=ranks)
+    order = np.argsort(start + rank * span, kind="stable")
+    out = []
+    for at in range(levels):
+        chosen = order if at == levels - 1 else order[level[order] <= at]
+        if chosen.size == 0:
+            out.append(np.zeros(ranks))
+            continue
+        r = rank[chosen]
+        # each level in windows of its own span, as its intervals alone would be measured: the
+        # same order (by rank, then start), so the same sums to the last digit
+        own_span = float(max(end[chosen].max(), 0.0)) + 1.0
+        shift = r * own_span
+        s = start[chosen] + shift
+        e = np.add(end[chosen], shift, out=shift)
+        reach = np.maximum.accumulate(e)
+        new_segment = np.empty(s.size, dtype=bool)
+        new_segment[0] = True
+        np.greater(s[1:], reach[:-1], out=new_segment[1:])
+        del reach
+        firsts = np.flatnonzero(new_segment)
+        seg_end = np.maximum.reduceat(e, firsts)  # each segment's furthest end
+        del e
+        out.append(np.bincount(r[firsts], weights=seg_end - s[firsts], minlength=ranks))
+    return out
 
 
 @dataclass(frozen=True)
@@ -261,13 +270,13 @@ def breakdown(timeline: RunTimeline) -> Breakdown:
         return (np.tile(np.arange(ranks), len(timeline.spans)), np.concatenate(entry_end),
                 np.concatenate([ex.end[span.exit] for span in timeline.spans]))
 
-    # each category's intervals made when added to the ones before (a run holds millions)
-    covered = {}
-    acc: tuple[np.ndarray, ...] = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-    for name in ("compute", "data", "communication"):
-        acc = tuple(np.concatenate([before, added]) for before, added in zip(acc, intervals(name)))
-        covered[name] = union_length_per_rank(*acc, ranks)
-    del acc
+    # compute, then compute and data, then all three: each covers what the ones before did
+    names = ("compute", "data", "communication")
+    parts = [intervals(name) for name in names]
+    level = np.repeat(np.arange(len(names)), [part[0].size for part in parts])
+    covered = dict(zip(names, union_lengths_per_rank(*(np.concatenate(x) for x in zip(*parts)), level,
+                                                     len(names), ranks)))
+    del parts, level
     makespan = ex.makespan
     compute = covered["compute"]
     data = covered["data"] - covered["compute"]
