@@ -19,26 +19,30 @@ from gansim.training.workloads import AllreduceWorkload, Workload
 def union_lengths_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, level: np.ndarray,
                            levels: int, ranks: int) -> list[np.ndarray]:
     """Per level L < `levels` (every interval's level is one of them), the measure of the
-    union of each rank's intervals of level L or less (overlaps counted once). The intervals are sorted once, each rank in a window of its
-    own so that one sweep merges all ranks at once; each level then sweeps its own, in that
-    order (a run holds millions of intervals, so temporaries are freed as soon as used)."""
+    union of each rank's intervals of level L or less (overlaps counted once). The intervals
+    are sorted once, each rank in a window of its own so that one sweep merges all ranks at
+    once; each level then sweeps its own, in that order (a run holds millions of intervals,
+    so temporaries are freed as soon as used)."""
     if rank.size == 0:
         return [np.zeros(ranks) for _ in range(levels)]
     span = float(max(end.max(), 0.0)) + 1.0
     order = np.argsort(start + rank * span, kind="stable")
+    # in that order once (gathers from all over the arrays), then each level's a mask of them
+    rank, start, end, level = rank[order], start[order], end[order], level[order]
+    del order
     out = []
     for at in range(levels):
-        chosen = order if at == levels - 1 else order[level[order] <= at]
-        if chosen.size == 0:
+        keep = None if at == levels - 1 else level <= at
+        r, s, e = (rank, start, end) if keep is None else (rank[keep], start[keep], end[keep])
+        if r.size == 0:
             out.append(np.zeros(ranks))
             continue
-        r = rank[chosen]
         # each level in windows of its own span, as its intervals alone would be measured: the
         # same order (by rank, then start), so the same sums to the last digit
-        own_span = float(max(end[chosen].max(), 0.0)) + 1.0
+        own_span = float(max(e.max(), 0.0)) + 1.0
         shift = r * own_span
-        s = start[chosen] + shift
-        e = np.add(end[chosen], shift, out=shift)
+        s = s + shift
+        e = np.add(e, shift, out=shift)
         reach = np.maximum.accumulate(e)
         new_segment = np.empty(s.size, dtype=bool)
         new_segment[0] = True

@@ -530,13 +530,15 @@ def _copy_machines(nodes: list[dict], links: list[dict], machines: int, counts: 
     if any(isinstance(v, str) and v.startswith(own) for node in nodes for k, v in node.items() if k != "id"):
         return False
     cut = len(own)
-    first_nodes, first_links = list(nodes), list(links)
+    # per node, its id without the prefix; per link, each end's too (None: an end outside)
+    first_nodes = [(node, node["id"][cut:]) for node in nodes]
+    first_links = [(link, link["a"][cut:] if link["a"].startswith(own) else None,
+                    link["b"][cut:] if link["b"].startswith(own) else None) for link in links]
     for n in range(1, machines):
         prefix = f"n{n}."
-        nodes.extend([{**node, "id": prefix + node["id"][cut:]} for node in first_nodes])
-        links.extend([{**link, "a": prefix + link["a"][cut:] if link["a"].startswith(own) else link["a"],
-                       "b": prefix + link["b"][cut:] if link["b"].startswith(own) else link["b"]}
-                      for link in first_links])
+        nodes.extend([{**node, "id": prefix + rest} for node, rest in first_nodes])
+        links.extend([{**link, "a": link["a"] if a is None else prefix + a, "b": link["b"] if b is None else prefix + b}
+                      for link, a, b in first_links])
     for what in counts:
         counts[what] *= machines
     return True

@@ -311,7 +311,7 @@ class Topology:
         return self._routes[key]
 
     @cached_property
-    def _routing(self) -> tuple[dict[tuple[str, str], int], list[str], Digraph]:
+    def _routing(self) -> tuple["_VertexIndex", list[str], Digraph]:
         """A directed routing graph as a sparse matrix, in which each rank device is split
         into a source (its edges out) and a sink (its edges in): no GPU relays a peer's
         copy, so no route passes through one. Vertices are numbered as they first appear
@@ -334,9 +334,8 @@ class Topology:
         rows = np.stack([vertex[u_out], vertex[v_out]], axis=1).ravel()
         cols = np.stack([vertex[v_in], vertex[u_in]], axis=1).ravel()
         names = [ids[k >> 1] for k in keys.tolist()]
-        index = {(ids[k >> 1], ("in" if k & 1 else "out") if is_rank[k >> 1] else ""): i
-                 for i, k in enumerate(keys.tolist())}
-        return index, names, Digraph(len(names), rows, cols, np.repeat(weight, 2))
+        return (_VertexIndex(self.__dict__["_vertex_table"], self.node_index), names,
+                Digraph(len(names), rows, cols, np.repeat(weight, 2)))
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
         """Routes for many (src, dst) pairs at once: the short ones that are the only shortest
@@ -502,8 +501,7 @@ class Topology:
         return mirrored
 
     def _vertex(self, node: str, role: str) -> int:
-        index = self._routing[0]
-        return index[(node, role) if self.nodes[node].kind in RANK_KINDS else (node, "")]
+        return self._routing[0][(node, role)]
 
     def _routes_inside(self, pairs: list[tuple[str, str]], copies: "MachineCopies") -> None:
         """Routes between nodes of the first rank's machine (the template of `copies`) from
@@ -632,6 +630,19 @@ class Topology:
                 if path is None:
                     raise self._no_route(src, dst)
                 self._store(src, dst, path)
+
+
+class _VertexIndex:
+    """A node's routing vertex by (node id, role): a rank device's source ("out") or sink
+    ("in"), any other node's one vertex (whatever the role); looked up in the table of every
+    node's two (Topology._vertex_table) rather than a dictionary of 100,000 entries."""
+
+    def __init__(self, table: np.ndarray, position: dict[str, int]):
+        self._table, self._position = table, position
+
+    def __getitem__(self, key: tuple[str, str]) -> int:
+        node, role = key
+        return int(self._table[self._position[node], 1 if role == "in" else 0])
 
 
 @dataclass(frozen=True)
