@@ -123,6 +123,17 @@ PREDICT_TOPOLOGY = "predict_topology"
 HOST_FIGURES = ["--measured-tflops", "1", "--measured-memory-bandwidth-GBps", "50"]
 PREDICT_RANKS = 1024  # the size it is held to
 HUGE = ("nccl", "gan_ddp_nccl", "rail_nccl", "rail_gan_ddp_nccl")  # the shapes run at 100,000 GPUs with --huge
+# The pace of the machine when a table was made: the same fixed work every time (Python
+# dictionaries and lists, then numpy sorts and gathers, as gansim spends its time), timed
+# as a command before and after the shapes. A shared VM's pace moves by a third from hour to
+# hour; two tables are comparable where their references are.
+REFERENCE = ("import numpy as np\n"
+             "d = {}\n"
+             "for i in range(600_000):\n"
+             "    d[i % 9973] = d.get(i % 9973, 0) + i\n"
+             "x = np.random.default_rng(0).random(2_000_000)\n"
+             "for _ in range(2):\n"
+             "    x = x[np.argsort(x + 0.5, kind='stable')]\n")
 
 
 def scenario_file(folder: Path, shape: Shape, gpus: int) -> Path:
@@ -212,6 +223,8 @@ def main() -> int:
             calibrated_profile(folder)
         # bytecode written once, as a pip install leaves it
         subprocess.run(gansim + ["--help"], stdout=subprocess.DEVNULL, env=AS_INSTALLED, check=True)
+        reference = [sys.executable, "-c", REFERENCE]
+        pace_before = measure(reference, 3, warm_up=False)["cpu"]
         for name, what, gpus, command, env in cases:
             wall_bound, memory_bound = BOUNDS[gpus]
             try:
@@ -225,10 +238,13 @@ def main() -> int:
                                 + ("  (stopped)" if figures["timed_out"] else ""))
             print(f"  {name:<18} {gpus:>7} GPUs  {shown}  (bound {wall_bound:g} s, {memory_bound:g} MB)",
                   file=sys.stderr, flush=True)
+        pace_after = measure(reference, 3, warm_up=False)["cpu"]
     lines = [f"Whole commands, default outputs, bytecode cached as a pip install leaves it; median of "
              f"{args.repeats} run(s); a command is stopped at {args.stop_at:g}x its bound in CPU seconds (figures marked > are "
              f"lower bounds). Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {cpu_name()}, "
-             f"{os.cpu_count()} cores, load average {load[0]:.2f} at the start. Each command is one process on one core, so on an idle machine "
+             f"{os.cpu_count()} cores, load average {load[0]:.2f} at the start; the machine's pace, a fixed piece of "
+             f"work (`REFERENCE` in bench/shapes.py, median CPU s of 3): {pace_before:.2f} s before the shapes, "
+             f"{pace_after:.2f} s after. Each command is one process on one core, so on an idle machine "
              f"its wall time is its CPU time; where other work shares the cores the wall time grows and the CPU "
              f"time does not, so `within` compares the CPU time (user + system) and the peak memory with the "
              f"bound.", "",

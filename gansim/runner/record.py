@@ -16,31 +16,33 @@ from gansim.training.step import RunTimeline
 from gansim.training.workloads import AllreduceWorkload, Workload
 
 
-def union_lengths_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, level: np.ndarray,
-                           levels: int, ranks: int) -> list[np.ndarray]:
-    """Per level L < `levels` (every interval's level is one of them), the measure of the
-    union of each rank's intervals of level L or less (overlaps counted once). The intervals
-    are sorted once, each rank in a window of its own so that one sweep merges all ranks at
-    once; each level then sweeps its own, in that order (a run holds millions of intervals,
-    so temporaries are freed as soon as used)."""
+def union_lengths_per_rank(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], ranks: int) -> list[np.ndarray]:
+    """Per level L (parts[L]: its intervals' ranks, starts and ends), the measure of the union
+    of each rank's intervals of level L or less (overlaps counted once). Every interval is
+    sorted once, each rank in a window of its own so that one sweep merges all ranks at once;
+    each level then sweeps its own, in that order. A run holds millions of intervals: `parts`
+    is emptied as it is read, and each array freed once it is used."""
+    levels = len(parts)
+    sizes = [part[0].size for part in parts]
+    rank, start, end = (np.concatenate([part[i] for part in parts]) for i in range(3))
+    parts.clear()
     if rank.size == 0:
         return [np.zeros(ranks) for _ in range(levels)]
-    span = float(max(end.max(), 0.0)) + 1.0
-    order = np.argsort(start + rank * span, kind="stable")
-    # in that order once (gathers from all over the arrays), then each level's a mask of them
+    level = np.repeat(np.arange(levels, dtype=np.int8), sizes)
+    order = np.argsort(start + rank * (float(max(end.max(), 0.0)) + 1.0), kind="stable")
     rank, start, end, level = rank[order], start[order], end[order], level[order]
     del order
     out = []
     for at in range(levels):
         keep = None if at == levels - 1 else level <= at
         r, s, e = (rank, start, end) if keep is None else (rank[keep], start[keep], end[keep])
+        del keep
         if r.size == 0:
             out.append(np.zeros(ranks))
             continue
         # each level in windows of its own span, as its intervals alone would be measured: the
         # same order (by rank, then start), so the same sums to the last digit
-        own_span = float(max(e.max(), 0.0)) + 1.0
-        shift = r * own_span
+        shift = r * (float(max(e.max(), 0.0)) + 1.0)
         s = s + shift
         e = np.add(e, shift, out=shift)
         reach = np.maximum.accumulate(e)
@@ -52,6 +54,7 @@ def union_lengths_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray,
         seg_end = np.maximum.reduceat(e, firsts)  # each segment's furthest end
         del e
         out.append(np.bincount(r[firsts], weights=seg_end - s[firsts], minlength=ranks))
+        del r, s
     return out
 
 
@@ -276,11 +279,7 @@ def breakdown(timeline: RunTimeline) -> Breakdown:
 
     # compute, then compute and data, then all three: each covers what the ones before did
     names = ("compute", "data", "communication")
-    parts = [intervals(name) for name in names]
-    level = np.repeat(np.arange(len(names)), [part[0].size for part in parts])
-    covered = dict(zip(names, union_lengths_per_rank(*(np.concatenate(x) for x in zip(*parts)), level,
-                                                     len(names), ranks)))
-    del parts, level
+    covered = dict(zip(names, union_lengths_per_rank([intervals(name) for name in names], ranks)))
     makespan = ex.makespan
     compute = covered["compute"]
     data = covered["data"] - covered["compute"]
