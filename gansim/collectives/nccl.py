@@ -378,7 +378,7 @@ def _copied_hop_loads(cluster: Cluster, machine: NcclMachine, wire: float, src: 
         good = (k_out[across] < table.shape[1]) & (k_in[across] < table.shape[1]) & (nic_out >= 0) & (nic_in >= 0)
         across, nic_out, nic_in = across[good], nic_out[good], nic_in[good]
         if across.size:
-            efficiency = _link_efficiencies(topo, machine.capability)
+            efficiency = machine.link_efficiencies
             first = _moved_routes(topo, copies, na[across], nic_out, ma[across])
             last = _moved_routes(topo, copies, nic_in, nb[across], mb[across])
             ok = (first[0] >= 0) & (last[0] >= 0)
@@ -424,15 +424,6 @@ def _routes_between(topo, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.
     start = np.cumsum(count) - count
     at, owner = ragged(start[inverse], count[inverse])
     return count[inverse], flat[at]
-
-
-def _link_efficiencies(topo, capability: int) -> np.ndarray:
-    """link_efficiency of every directed link."""
-    kinds = np.array(topo.link_kinds, dtype=object)
-    out = np.ones(kinds.size)
-    for kind in set(topo.link_kinds):
-        out[kinds == kind] = link_efficiency(kind, capability)
-    return out
 
 
 def _moved_routes(topo, copies, a: np.ndarray, b: np.ndarray, machine: np.ndarray) -> tuple[np.ndarray, np.ndarray,

@@ -237,34 +237,46 @@ class NcclMachine:
         groups: dict[int, list[int]] = {}
         for r, node in enumerate(nodes_of):
             groups.setdefault(machine[node], []).append(r)
+        ids, kind_of = list(topology.nodes), topology.node_kinds
+        rows = np.array([topology.node_index[node] for node in nodes_of], dtype=np.int64)
+        not_gpu = np.flatnonzero(kind_of[rows] != "gpu")
+        if not_gpu.size:
+            node = nodes_of[int(not_gpu[0])]
+            raise UserInputError(f"the nccl algorithm runs on GPUs; {node!r} is a {topology.nodes[node].kind}",
+                                 source=topology.source, field="algorithms")
+        # a GPU's capability follows from its model or its own field: worked out once per pair
+        capability_of: dict[tuple[float | None, str | None], int] = {}
         caps = []
         for node in nodes_of:
             spec = topology.nodes[node]
-            if spec.kind != "gpu":
-                raise UserInputError(f"the nccl algorithm runs on GPUs; {node!r} is a {spec.kind}",
-                                     source=topology.source, field="algorithms")
-            cap = compute_capability(spec)
-            caps.append(cap if cap is not None else 70)  # unknown GPUs: Volta's figures (an assumption)
-        hosts = [n for n, s in topology.nodes.items() if s.kind == "host"]
-        vendor = cpu_vendor(topology.nodes[hosts[0]]) if hosts else "intel"
-        nvswitches = [n for n, s in topology.nodes.items() if s.kind == "nvswitch"]
-        on_switch = bool(nvswitches) and all(any(topology.nodes[m].kind == "nvswitch" for m in topology.neighbors(g))
-                                             for g in nodes_of)
+            key = (spec.compute_capability, spec.model)
+            if key not in capability_of:
+                cap = compute_capability(spec)
+                capability_of[key] = cap if cap is not None else 70  # unknown GPUs: Volta's figures (an assumption)
+            caps.append(capability_of[key])
+        hosts = np.flatnonzero(kind_of == "host")
+        vendor = cpu_vendor(topology.nodes[ids[hosts[0]]]) if hosts.size else "intel"
+        nvswitches = [ids[i] for i in np.flatnonzero(kind_of == "nvswitch").tolist()]
+        # (every link is in `ends` both ways, so a node's links are those whose tail it is)
+        tail, head = topology.ends[:, 0], topology.ends[:, 1]
+        by_switch = np.zeros(len(ids), dtype=bool)
+        by_switch[tail[kind_of[head] == "nvswitch"]] = True
+        on_switch = bool(nvswitches) and bool(by_switch[rows].all())
         sharp = on_switch and all(
             topology.nodes[s].nvlink_sharp if topology.nodes[s].nvlink_sharp is not None else min(caps) >= 90
             for s in nvswitches)
+        networked = np.zeros(len(ids), dtype=bool)
+        networked[tail[topology.link_kind_array == "net"]] = True
         on_net: dict[int, list[str]] = {}  # per machine, its NICs (nodes with a network link)
-        for n, spec in topology.nodes.items():
-            if spec.kind == "nic" and any(topology.link_kind(n, m) == "net" for m in topology.neighbors(n)):
-                on_net.setdefault(machine[n], []).append(n)
+        for i in np.flatnonzero(networked & (kind_of == "nic")).tolist():
+            on_net.setdefault(machine[ids[i]], []).append(ids[i])
         nics: list[list[str]] = []
         for key, members in groups.items():
             found = sorted(on_net.get(key, []))
             if not found:
                 # a GPU linked to the network itself (one on a network switch: the switch
                 # generator) is its machine's NIC, reached without a PCIe hop
-                found = [nodes_of[r] for r in members
-                         if any(topology.link_kind(nodes_of[r], m) == "net" for m in topology.neighbors(nodes_of[r]))]
+                found = [nodes_of[r] for r in members if networked[rows[r]]]
             nics.append(found)
         named = {topology.nodes[n].model for found in nics for n in found
                  if topology.nodes[n].kind == "nic" and topology.nodes[n].model is not None}
@@ -389,21 +401,29 @@ class NcclMachine:
         """_gpu_total_bw of every rank: the NCCL figures of its links out summed (NVLink,
         in the order of its links) or their largest (PCIe, but to a NIC)."""
         topo = self.topology
-        ids = list(topo.nodes)
-        position = {node: i for i, node in enumerate(ids)}
-        kinds = np.array(topo.link_kinds)
-        heads = np.array([spec.kind for spec in topo.nodes.values()])[topo.ends[:, 1]]
-        efficiency = np.ones(kinds.size)
-        for kind in set(topo.link_kinds):
-            efficiency[kinds == kind] = link_efficiency(kind, self.capability)
-        bw = topo.capacity_Bps / 1e9 * efficiency
+        kinds, bw = topo.link_kind_array, self.link_bws
+        heads = topo.node_kinds[topo.ends[:, 1]]
         tails = topo.ends[:, 0]
-        nvlink = np.bincount(tails, weights=np.where(kinds == "nvlink", bw, 0.0), minlength=len(ids))
-        pci = np.zeros(len(ids))
+        nvlink = np.bincount(tails, weights=np.where(kinds == "nvlink", bw, 0.0), minlength=len(topo.nodes))
+        pci = np.zeros(len(topo.nodes))
         counted = (kinds == "pcie") & (heads != "nic")
         np.maximum.at(pci, tails[counted], bw[counted])
-        rows = [position[node] for node in self.rank_nodes]
+        rows = [topo.node_index[node] for node in self.rank_nodes]
         return np.maximum(pci[rows], nvlink[rows]).tolist()
+
+    @cached_property
+    def link_efficiencies(self) -> np.ndarray:
+        """link_efficiency of every directed link."""
+        kinds = self.topology.link_kind_array
+        out = np.ones(kinds.size)
+        for kind in set(self.topology.link_kinds):
+            out[kinds == kind] = link_efficiency(kind, self.capability)
+        return out
+
+    @cached_property
+    def link_bws(self) -> np.ndarray:
+        """nccl_bw of every directed link."""
+        return self.topology.capacity_Bps / 1e9 * self.link_efficiencies
 
     def _nic_bw(self, machine: int, nic: str) -> float:
         """NCCL's bandwidth of the path from the NIC's nearest GPU to the network."""
@@ -419,6 +439,15 @@ class NcclMachine:
                                                         ([max(to_gpu)] if to_gpu else []))
         return found
 
+    @cached_property
+    def _every_nic_bw(self) -> list[float]:
+        """_nic_bw of every machine's NICs, machine by machine."""
+        if not self._nic_bws:
+            self._nic_bws.update(self._all_nic_bws())
+        known = self._nic_bws
+        return [known[(m, nic)] if (m, nic) in known else self._nic_bw(m, nic)
+                for m in range(self.node_count) for nic in self.nics[m]]
+
     def _all_nic_bws(self) -> dict[tuple[int, str], float]:
         """_nic_bw of every machine's NICs at once: the smallest of its network links' NCCL
         figures and the largest of those of its links from the machine's ranks."""
@@ -429,11 +458,7 @@ class NcclMachine:
         machine_of_nic, nic = machine_of_nic[nic >= 0], nic[nic >= 0]
         slot = np.full(len(topo.nodes), -1, dtype=np.int64)
         slot[nic] = np.arange(nic.size)  # a NIC belongs to one machine
-        kinds = np.array(topo.link_kinds, dtype=object)
-        efficiency = np.ones(kinds.size)
-        for kind in set(topo.link_kinds):
-            efficiency[kinds == kind] = link_efficiency(kind, self.capability)
-        bw = topo.capacity_Bps / 1e9 * efficiency  # nccl_bw of every directed link
+        kinds, bw = topo.link_kind_array, self.link_bws
         tail, head = topo.ends[:, 0], topo.ends[:, 1]
         net_min = np.full(nic.size, np.inf)
         out = np.flatnonzero((slot[tail] >= 0) & (kinds == "net"))
@@ -603,10 +628,10 @@ class NcclMachine:
         if len(self.rank_nodes) == 1:
             return Graph("ring", 1, LOC_BW, LOC_BW, PATH_LOC, PATH_LOC, ((0,),))
         if inter:
-            max_bw = max(self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+            max_bw = max(self._every_nic_bw)
         else:
             max_bw = max((self.hop_bw(self.hop(a, b)) for a in members0 for b in members0 if a != b), default=LOC_BW)
-        total_bw = max(self._gpu_total_bw(r) for r in range(self.ranks))
+        total_bw = max(self._gpu_total_bws)
         if len(members0) == 1:
             total_bw = max_bw
         min_type = self._min_type(members0)
@@ -720,7 +745,7 @@ class NcclMachine:
         if self.node_count == 1:
             return Graph("tree", ring.channels, ring.bw_intra, ring.bw_intra, ring.type_intra, PATH_LOC)
         intra_speeds, inter_speeds = speed_arrays(self.capability, self.speeds)
-        nic_bw = min(self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+        nic_bw = min(self._every_nic_bw)
         per_nic = max(1, math.ceil(ring.channels / max(len(self.nics[0]), 1)))
         bw_inter = next((s for s in inter_speeds if s <= nic_bw / per_nic), inter_speeds[-1])
         bw_intra = bw_inter
@@ -748,8 +773,7 @@ class NcclMachine:
         bw = speeds[i]
         # pass 2 raises bwInter while the search still succeeds and bwInter < 2 bwIntra: inside
         # one machine nothing limits it; across machines, the NICs
-        limit = float("inf") if self.node_count == 1 else min(
-            self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m])
+        limit = float("inf") if self.node_count == 1 else min(self._every_nic_bw)
         if self.node_count > 1 and self.nic is not None and self.nic.grouped_rails:
             # one device per GPU, as fast as its NICs together (NicModel.grouped_rails)
             limit = min(sum(self._nic_bw(m, self.nics[m][k]) for k in self.nics_of(m, r)) or limit

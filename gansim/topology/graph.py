@@ -357,6 +357,16 @@ class Topology:
         return {node: i for i, node in enumerate(self.nodes)}
 
     @cached_property
+    def node_kinds(self) -> np.ndarray:
+        """Each node's kind, in the order of `nodes` (an array, to be read with `ends`)."""
+        return np.array([spec.kind for spec in self.nodes.values()])
+
+    @cached_property
+    def link_kind_array(self) -> np.ndarray:
+        """`link_kinds` as an array."""
+        return np.array(self.link_kinds)
+
+    @cached_property
     def machine_copies(self) -> "MachineCopies | None":
         """The machines holding ranks that are copies of the first rank's (MachineCopies);
         None when there are none."""
