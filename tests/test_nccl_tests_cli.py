@@ -75,6 +75,18 @@ def test_bad_input_is_one_line(capsys, argv, field):
     assert field in line
 
 
+def test_nccl_on_ranks_that_are_not_gpus_names_the_first_such_rank(capsys, tmp_path):
+    """A topology whose second rank device is a CPU: NCCL's model stops at that rank, by name."""
+    box = tmp_path / "mixed.yaml"
+    box.write_text("name: mixed\nnodes:\n"
+                   "  - {id: g0, kind: gpu, model: A100}\n  - {id: c0, kind: cpu, cores: 4}\n"
+                   "  - {id: sw, kind: pcie_switch}\nlinks:\n"
+                   "  - {a: g0, b: sw, kind: pcie, bandwidth_GBps: 24, latency_us: 1}\n"
+                   "  - {a: c0, b: sw, kind: pcie, bandwidth_GBps: 24, latency_us: 1}\n")
+    line = run_bad(capsys, ["nccl-tests", str(box), "-g", "2"])
+    assert line.endswith("mixed.yaml: algorithms: the nccl algorithm runs on GPUs; 'c0' is a cpu"), line
+
+
 def test_one_thread_driving_several_gpus_takes_a_launch_per_gpu(capsys):
     """nccl-tests -g 8 from one thread: an operation takes at least 8 launches of 4.2 us
     (LAUNCH_US_PER_GPU); small sizes are held by that floor, large ones are the collective's."""
