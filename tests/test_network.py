@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 import simpy
 
-from gansim.core.arrays import ragged, unique_inverse, unique_pairs
+from gansim.core.arrays import ragged, rounded, unique_inverse, unique_pairs
 from gansim.network.flows import FlowNetwork, max_min_rates
 
 GB = 1e9
@@ -279,6 +281,25 @@ def test_distinct_pairs_are_the_rows_np_unique_sorts(high):
         assert np.array_equal(pairs, expected_pairs) and np.array_equal(inverse, expected_inverse.ravel())
     with pytest.raises(ValueError):
         unique_pairs(np.array([1, -1]), np.array([0, 0]))
+
+
+@pytest.mark.parametrize("digits", [0, 4, 6])
+def test_rounded_values_are_pythons_round_to_the_bit(digits):
+    """Halves at `digits` decimals and the doubles either side of them (where one rounding of
+    the scaled value can cross the half), random figures, signs, zeros and values that are
+    not finite: each is round(float(v), digits), its sign and its last bit."""
+    rng = np.random.default_rng(digits)
+    halves = (np.arange(-20000, 20000) + 0.5) / 10.0 ** digits
+    base = np.concatenate([halves, rng.random(20000), rng.random(2000) * 1e9, -rng.random(2000) * 1e-7,
+                           [0.0, -0.0, 1e-320, -1e-320, 2.0 ** 60, np.inf, -np.inf, np.nan]])
+    values = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf)])
+    expected = [round(float(v), digits) for v in values]
+    found = rounded(values, digits)
+    assert [struct_bits(x) for x in found] == [struct_bits(x) for x in expected]
+
+
+def struct_bits(x: float) -> bytes:
+    return struct.pack("<d", x)
 
 
 def test_routes_added_in_a_block_are_the_routes_added_one_by_one():

@@ -46,6 +46,29 @@ def unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(np.divmod(used, width), axis=1), inverse
 
 
+def rounded(values: np.ndarray, digits: int) -> list[float]:
+    """[round(float(v), digits) for v in values], to the bit, with numpy doing the work: a
+    link figure per directed link is hundreds of thousands of values at 16,384 GPUs.
+
+    Python rounds the exact binary value to `digits` decimals (half to even) and returns the
+    double nearest that decimal. Here the value is scaled by 10^digits (one rounding, within
+    half an ulp) and rounded to a whole number k: that is Python's k wherever the scaled value
+    is further than two ulps from a half, and k / 10^digits, one correctly rounded division of
+    two exact doubles, is then the double nearest Python's decimal. The values near a half,
+    and those too large or not finite, are rounded by Python itself."""
+    values = np.asarray(values, dtype=float).ravel()
+    scale = 10.0 ** digits
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = values * scale
+        out = np.rint(scaled) / scale
+        unsure = ~(np.abs(scaled) < 2.0 ** 52)  # (also every value that is not finite)
+        unsure |= np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) <= 2 * np.spacing(np.abs(scaled))
+    found = out.tolist()
+    for i in np.flatnonzero(unsure).tolist():
+        found[i] = round(float(values[i]), digits)
+    return found
+
+
 def content_key(*arrays: np.ndarray) -> bytes:
     """A dictionary key for the contents of these arrays (their dtypes, shapes and bytes), of
     16 bytes however long they are: a collective's flow may cross a hundred thousand

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from gansim.core.arrays import ragged
+from gansim.core.arrays import ragged, rounded
 from gansim.network.engine import (
     COMPUTE,
     DATA,
@@ -443,7 +443,7 @@ def link_utilisation(timeline: RunTimeline) -> list[float]:
     capacity = net.capacity[:links]
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where((carried[:links] > 0) & (makespan > 0), carried[:links] / (capacity * makespan), 0.0)
-    return [round(float(u), 6) for u in util]
+    return rounded(util, 6)
 
 
 def gantt(timeline: RunTimeline, steps: int = TRACE_STEPS) -> dict[str, Any]:
