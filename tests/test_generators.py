@@ -498,3 +498,18 @@ def test_an_oversubscribed_spine_slows_the_transfer_that_crosses_it_by_its_ratio
     # 2 ranks: 2 ring steps of 512 MiB, each across the spine: its uplink of 25 / 4 GB/s binds
     # where the NIC's 25 GB/s did
     assert ring_s(4) - ring_s(1) == pytest.approx(2 * (1 << 29) * (1 / 6.25e9 - 1 / 25e9), rel=1e-3)
+
+
+@pytest.mark.parametrize("intra", ["nvswitch", "dgx1", "pcie_tree"])
+def test_kind_masks_are_the_kinds_element_by_element(intra):
+    """Topology.nodes_of_kind / links_of_kind (stored as a byte per element) against the
+    nodes' and links' own kinds, for every kind there and one that is not."""
+    from gansim.topology.graph import topology_from_dict
+
+    topo = topology_from_dict({"name": "t", "generator": "multi_node", "params": {"nodes": 3, "intra": intra}}, "t")
+    node_kinds = [spec.kind for spec in topo.nodes.values()]
+    for kind in set(node_kinds) | {"no_such_kind"}:
+        assert topo.nodes_of_kind(kind).tolist() == [k == kind for k in node_kinds]
+    for kind in set(topo.link_kinds) | {"no_such_kind"}:
+        assert topo.links_of_kind(kind).tolist() == [k == kind for k in topo.link_kinds]
+    assert [topo.link_kind_names[c] for c in topo.link_kind_codes.tolist()] == topo.link_kinds

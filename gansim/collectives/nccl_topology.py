@@ -237,9 +237,9 @@ class NcclMachine:
         groups: dict[int, list[int]] = {}
         for r, node in enumerate(nodes_of):
             groups.setdefault(machine[node], []).append(r)
-        ids, kind_of = list(topology.nodes), topology.node_kinds
+        ids = list(topology.nodes)
         rows = np.array([topology.node_index[node] for node in nodes_of], dtype=np.int64)
-        not_gpu = np.flatnonzero(kind_of[rows] != "gpu")
+        not_gpu = np.flatnonzero(~topology.nodes_of_kind("gpu")[rows])
         if not_gpu.size:
             node = nodes_of[int(not_gpu[0])]
             raise UserInputError(f"the nccl algorithm runs on GPUs; {node!r} is a {topology.nodes[node].kind}",
@@ -254,21 +254,21 @@ class NcclMachine:
                 cap = compute_capability(spec)
                 capability_of[key] = cap if cap is not None else 70  # unknown GPUs: Volta's figures (an assumption)
             caps.append(capability_of[key])
-        hosts = np.flatnonzero(kind_of == "host")
+        hosts = np.flatnonzero(topology.nodes_of_kind("host"))
         vendor = cpu_vendor(topology.nodes[ids[hosts[0]]]) if hosts.size else "intel"
-        nvswitches = [ids[i] for i in np.flatnonzero(kind_of == "nvswitch").tolist()]
+        nvswitches = [ids[i] for i in np.flatnonzero(topology.nodes_of_kind("nvswitch")).tolist()]
         # (every link is in `ends` both ways, so a node's links are those whose tail it is)
         tail, head = topology.ends[:, 0], topology.ends[:, 1]
         by_switch = np.zeros(len(ids), dtype=bool)
-        by_switch[tail[kind_of[head] == "nvswitch"]] = True
+        by_switch[tail[topology.nodes_of_kind("nvswitch")[head]]] = True
         on_switch = bool(nvswitches) and bool(by_switch[rows].all())
         sharp = on_switch and all(
             topology.nodes[s].nvlink_sharp if topology.nodes[s].nvlink_sharp is not None else min(caps) >= 90
             for s in nvswitches)
         networked = np.zeros(len(ids), dtype=bool)
-        networked[tail[topology.link_kind_array == "net"]] = True
+        networked[tail[topology.links_of_kind("net")]] = True
         on_net: dict[int, list[str]] = {}  # per machine, its NICs (nodes with a network link)
-        for i in np.flatnonzero(networked & (kind_of == "nic")).tolist():
+        for i in np.flatnonzero(networked & topology.nodes_of_kind("nic")).tolist():
             on_net.setdefault(machine[ids[i]], []).append(ids[i])
         nics: list[list[str]] = []
         for key, members in groups.items():
@@ -401,12 +401,11 @@ class NcclMachine:
         """_gpu_total_bw of every rank: the NCCL figures of its links out summed (NVLink,
         in the order of its links) or their largest (PCIe, but to a NIC)."""
         topo = self.topology
-        kinds, bw = topo.link_kind_array, self.link_bws
-        heads = topo.node_kinds[topo.ends[:, 1]]
+        bw = self.link_bws
         tails = topo.ends[:, 0]
-        nvlink = np.bincount(tails, weights=np.where(kinds == "nvlink", bw, 0.0), minlength=len(topo.nodes))
+        nvlink = np.bincount(tails, weights=np.where(topo.links_of_kind("nvlink"), bw, 0.0), minlength=len(topo.nodes))
         pci = np.zeros(len(topo.nodes))
-        counted = (kinds == "pcie") & (heads != "nic")
+        counted = topo.links_of_kind("pcie") & ~topo.nodes_of_kind("nic")[topo.ends[:, 1]]
         np.maximum.at(pci, tails[counted], bw[counted])
         rows = [topo.node_index[node] for node in self.rank_nodes]
         return np.maximum(pci[rows], nvlink[rows]).tolist()
@@ -414,11 +413,8 @@ class NcclMachine:
     @cached_property
     def link_efficiencies(self) -> np.ndarray:
         """link_efficiency of every directed link."""
-        kinds = self.topology.link_kind_array
-        out = np.ones(kinds.size)
-        for kind in set(self.topology.link_kinds):
-            out[kinds == kind] = link_efficiency(kind, self.capability)
-        return out
+        names, codes = self.topology.link_kind_names, self.topology.link_kind_codes
+        return np.array([link_efficiency(kind, self.capability) for kind in names])[codes]
 
     @cached_property
     def link_bws(self) -> np.ndarray:
@@ -458,10 +454,10 @@ class NcclMachine:
         machine_of_nic, nic = machine_of_nic[nic >= 0], nic[nic >= 0]
         slot = np.full(len(topo.nodes), -1, dtype=np.int64)
         slot[nic] = np.arange(nic.size)  # a NIC belongs to one machine
-        kinds, bw = topo.link_kind_array, self.link_bws
+        bw = self.link_bws
         tail, head = topo.ends[:, 0], topo.ends[:, 1]
         net_min = np.full(nic.size, np.inf)
-        out = np.flatnonzero((slot[tail] >= 0) & (kinds == "net"))
+        out = np.flatnonzero((slot[tail] >= 0) & topo.links_of_kind("net"))
         np.minimum.at(net_min, slot[tail[out]], bw[out])
         rank_machine = np.full(len(topo.nodes), -1, dtype=np.int64)
         index = topo.node_index
