@@ -197,21 +197,24 @@ class Execution:
     events: int  # batches of tasks processed: SimPy events, or waves when the graph has no flows
 
 
-def _successors(graph: FrozenGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every dependency out of `nodes`: (the node it leaves, the successor it enters)."""
+def _successors(graph: FrozenGraph, nodes: np.ndarray, origins: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """Every dependency out of `nodes`: (the node it leaves, the successor it enters); the
+    first None without `origins` (an event's release needs only the successors)."""
     rows = graph.narrow_succ[nodes]
     has = rows >= 0
     # as the platform's index type, which every array indexed with them wants (not the tables' 32 bits)
     found = rows[has].astype(np.intp)
-    found_from = nodes.repeat(has.sum(axis=1))  # each node once per successor, in row order
+    found_from = nodes.repeat(has.sum(axis=1)) if origins else None  # each node once per successor, in row order
     wide = nodes[graph.wide[nodes]]
     if not wide.size:
         return found_from, found
     starts = graph.succ_ptr[wide]
     lengths = graph.succ_ptr[wide + 1] - starts
     offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return (np.concatenate([found_from, np.repeat(wide, lengths)]),
-            np.concatenate([found, graph.succ[np.repeat(starts, lengths) + offsets].astype(np.intp)]))
+    more = graph.succ[np.repeat(starts, lengths) + offsets].astype(np.intp)
+    if found_from is not None:
+        found_from = np.concatenate([found_from, np.repeat(wide, lengths)])
+    return found_from, np.concatenate([found, more])
 
 
 def _durations(graph: FrozenGraph, network: FlowNetwork) -> np.ndarray:
@@ -287,7 +290,7 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
 
     def release(done: np.ndarray) -> np.ndarray:
-        _, succ = _successors(graph, done)
+        _, succ = _successors(graph, done, origins=False)
         if not succ.size:
             return succ
         np.subtract.at(waiting, succ, one)

@@ -246,6 +246,7 @@ class FlowNetwork:
         self._weighted_routes = False
         self._route_lat = np.zeros(0)
         self._bind_ptr, self._bind_flat, self._bind_wflat = self._route_ptr, self._route_flat, None
+        self._bind_len = np.diff(self._bind_ptr)  # per route, how many of its resources bind
         # active flows
         self._tags = np.zeros(0, dtype=np.int64)
         self._routes = np.zeros(0, dtype=np.int64)
@@ -356,6 +357,7 @@ class FlowNetwork:
             self._bind_ptr = np.concatenate([[0], np.cumsum(kept)])
             self._bind_flat = self._route_flat[finite]
             self._bind_wflat = self._route_wflat[finite] if self._weighted_routes else None
+        self._bind_len = np.diff(self._bind_ptr)
 
     def route_pairs(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(flow index, resource) for every resource on each given route: flow i of
@@ -371,7 +373,7 @@ class FlowNetwork:
         resource is unlimited, so they take no part in the max-min rates or in contention."""
         self._sync_routes()
         starts = self._bind_ptr[routes]
-        at, pair_flow = ragged(starts, self._bind_ptr[routes + 1] - starts)
+        at, pair_flow = ragged(starts, self._bind_len[routes])
         return pair_flow, self._bind_flat[at], None if self._bind_wflat is None else self._bind_wflat[at]
 
     def route_pairs_on(self, routes: np.ndarray, wanted: np.ndarray,
@@ -515,7 +517,7 @@ class FlowNetwork:
 
     def _pairs_in(self, routes: np.ndarray) -> int:
         """How many resources of limited capacity the flows on `routes` cross in all."""
-        return int((self._bind_ptr[routes + 1] - self._bind_ptr[routes]).sum())
+        return int(self._bind_len[routes].sum())
 
     def _small_event(self, routes: np.ndarray) -> bool:
         """Whether an event that starts or ends flows on `routes` keeps the index (dropped
