@@ -240,9 +240,11 @@ def test_a_records_top_resources_are_the_head_of_every_resource_by_use():
     simulate_point(scenario, multi_node(nodes=2), 16, "nccl", on_timeline=seen.append)
     every, bottleneck = utilisation(seen[0])
     top, same = utilisation(seen[0], top=8)
-    assert top == every[:len(top)] and same == bottleneck and len(top) >= min(8, len(every))
+    assert top[:8] == every[:8] and same == bottleneck
+    # past the busiest 8, only the busiest link, where none of them is one
     link = next(row for row in every if row.kind not in ("compute", "cores"))
-    assert link in top
+    assert top == every[:8] + ([] if link in every[:8] else [link])
+    assert link not in every[:8]  # (this run's 16 GPUs' compute come first: the case is tried)
 
 
 def test_nic_bandwidths_at_once_are_each_nics_own():

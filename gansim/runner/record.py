@@ -296,8 +296,8 @@ def breakdown(timeline: RunTimeline) -> Breakdown:
 
 def utilisation(timeline: RunTimeline, top: int | None = None) -> tuple[list[ResourceUse], ResourceUse]:
     """Every used resource's average utilisation over the run, busiest first, and the
-    bottleneck (the busiest one). With `top`, only the busiest `top` resources and as many
-    more as it takes to reach the busiest link (a resource that is not compute or cores)."""
+    bottleneck (the busiest one). With `top`, only the busiest `top` resources and, where
+    none of them is a link, the busiest link (a resource that is not compute or cores)."""
     net = timeline.cluster.network
     carried = timeline.carried_per_resource()
     makespan = timeline.execution.makespan
@@ -310,12 +310,16 @@ def utilisation(timeline: RunTimeline, top: int | None = None) -> tuple[list[Res
     order = order[np.isfinite(net.capacity[order])]
     rows = []
     link_found = False
+    names, kinds = timeline.cluster.resource_names, timeline.cluster.resource_kinds
     for i in order.tolist():
-        if top is not None and len(rows) >= top and link_found:
-            break
-        res = timeline.cluster.resource(i)
-        rows.append(ResourceUse(res.name, res.kind, round(float(util[i]), 6)))
-        link_found = link_found or res.kind not in _NOT_LINKS
+        is_link = kinds[i] not in _NOT_LINKS
+        if top is not None and len(rows) >= top:
+            if link_found:
+                break
+            if not is_link:  # (past the top, only the busiest link is wanted: 16,384 GPUs' compute come first)
+                continue
+        rows.append(ResourceUse(names[i], kinds[i], round(float(util[i]), 6)))
+        link_found = link_found or is_link
     bottleneck = rows[0] if rows else ResourceUse(None, None, 0.0)
     return rows, bottleneck
 
