@@ -1134,7 +1134,7 @@ def _kind_codes(kinds: list[str]) -> tuple[list[str], np.ndarray]:
     """The distinct kinds, and each element's as its index among them (a byte each, where an
     array of the strings takes 28 to 44: 500,000 directed links at 100,000 GPUs)."""
     names, codes = np.unique(np.array(kinds), return_inverse=True)
-    return names.tolist(), codes.ravel().astype(np.int8)
+    return names.tolist(), codes.ravel().astype(np.int8 if names.size <= 127 else np.int64)
 
 
 def _of_kind(table: tuple[list[str], np.ndarray], kind: str) -> np.ndarray:
