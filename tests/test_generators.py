@@ -502,14 +502,14 @@ def test_an_oversubscribed_spine_slows_the_transfer_that_crosses_it_by_its_ratio
 
 @pytest.mark.parametrize("intra", ["nvswitch", "dgx1", "pcie_tree"])
 def test_kind_masks_are_the_kinds_element_by_element(intra):
-    """Topology.nodes_of_kind / links_of_kind (stored as a byte per element) against the
+    """Topology.node_kind_codes / link_kind_codes (a byte per element) against the
     nodes' and links' own kinds, for every kind there and one that is not."""
     from gansim.topology.graph import topology_from_dict
 
     topo = topology_from_dict({"name": "t", "generator": "multi_node", "params": {"nodes": 3, "intra": intra}}, "t")
     node_kinds = [spec.kind for spec in topo.nodes.values()]
     for kind in set(node_kinds) | {"no_such_kind"}:
-        assert topo.nodes_of_kind(kind).tolist() == [k == kind for k in node_kinds]
+        assert topo.node_kind_codes.mask(kind).tolist() == [k == kind for k in node_kinds]
     for kind in set(topo.link_kinds) | {"no_such_kind"}:
-        assert topo.links_of_kind(kind).tolist() == [k == kind for k in topo.link_kinds]
-    assert [topo.link_kind_names[c] for c in topo.link_kind_codes.tolist()] == topo.link_kinds
+        assert topo.link_kind_codes.mask(kind).tolist() == [k == kind for k in topo.link_kinds]
+    assert [topo.link_kind_codes.names[c] for c in topo.link_kind_codes.codes.tolist()] == topo.link_kinds

@@ -238,8 +238,8 @@ class NcclMachine:
         for r, node in enumerate(nodes_of):
             groups.setdefault(machine[node], []).append(r)
         ids = list(topology.nodes)
-        rows = np.array([topology.node_index[node] for node in nodes_of], dtype=np.int64)
-        not_gpu = np.flatnonzero(~topology.nodes_of_kind("gpu")[rows])
+        rows = topology.rank_index[:ranks]
+        not_gpu = np.flatnonzero(~topology.node_kind_codes.mask("gpu")[rows])
         if not_gpu.size:
             node = nodes_of[int(not_gpu[0])]
             raise UserInputError(f"the nccl algorithm runs on GPUs; {node!r} is a {topology.nodes[node].kind}",
@@ -254,21 +254,21 @@ class NcclMachine:
                 cap = compute_capability(spec)
                 capability_of[key] = cap if cap is not None else 70  # unknown GPUs: Volta's figures (an assumption)
             caps.append(capability_of[key])
-        hosts = np.flatnonzero(topology.nodes_of_kind("host"))
+        hosts = np.flatnonzero(topology.node_kind_codes.mask("host"))
         vendor = cpu_vendor(topology.nodes[ids[hosts[0]]]) if hosts.size else "intel"
-        nvswitches = [ids[i] for i in np.flatnonzero(topology.nodes_of_kind("nvswitch")).tolist()]
+        nvswitches = [ids[i] for i in np.flatnonzero(topology.node_kind_codes.mask("nvswitch")).tolist()]
         # (every link is in `ends` both ways, so a node's links are those whose tail it is)
         tail, head = topology.ends[:, 0], topology.ends[:, 1]
         by_switch = np.zeros(len(ids), dtype=bool)
-        by_switch[tail[topology.nodes_of_kind("nvswitch")[head]]] = True
+        by_switch[tail[topology.node_kind_codes.mask("nvswitch")[head]]] = True
         on_switch = bool(nvswitches) and bool(by_switch[rows].all())
         sharp = on_switch and all(
             topology.nodes[s].nvlink_sharp if topology.nodes[s].nvlink_sharp is not None else min(caps) >= 90
             for s in nvswitches)
         networked = np.zeros(len(ids), dtype=bool)
-        networked[tail[topology.links_of_kind("net")]] = True
+        networked[tail[topology.link_kind_codes.mask("net")]] = True
         on_net: dict[int, list[str]] = {}  # per machine, its NICs (nodes with a network link)
-        for i in np.flatnonzero(networked & topology.nodes_of_kind("nic")).tolist():
+        for i in np.flatnonzero(networked & topology.node_kind_codes.mask("nic")).tolist():
             on_net.setdefault(machine[ids[i]], []).append(ids[i])
         nics: list[list[str]] = []
         for key, members in groups.items():
@@ -403,18 +403,19 @@ class NcclMachine:
         topo = self.topology
         bw = self.link_bws
         tails = topo.ends[:, 0]
-        nvlink = np.bincount(tails, weights=np.where(topo.links_of_kind("nvlink"), bw, 0.0), minlength=len(topo.nodes))
+        nvlink = np.bincount(tails, weights=np.where(topo.link_kind_codes.mask("nvlink"), bw, 0.0),
+                             minlength=len(topo.nodes))
         pci = np.zeros(len(topo.nodes))
-        counted = topo.links_of_kind("pcie") & ~topo.nodes_of_kind("nic")[topo.ends[:, 1]]
+        counted = topo.link_kind_codes.mask("pcie") & ~topo.node_kind_codes.mask("nic")[topo.ends[:, 1]]
         np.maximum.at(pci, tails[counted], bw[counted])
-        rows = [topo.node_index[node] for node in self.rank_nodes]
+        rows = topo.rank_index[:self.ranks]
         return np.maximum(pci[rows], nvlink[rows]).tolist()
 
     @cached_property
     def link_efficiencies(self) -> np.ndarray:
         """link_efficiency of every directed link."""
-        names, codes = self.topology.link_kind_names, self.topology.link_kind_codes
-        return np.array([link_efficiency(kind, self.capability) for kind in names])[codes]
+        kinds = self.topology.link_kind_codes
+        return np.array([link_efficiency(kind, self.capability) for kind in kinds.names])[kinds.codes]
 
     @cached_property
     def link_bws(self) -> np.ndarray:
@@ -438,11 +439,7 @@ class NcclMachine:
     @cached_property
     def _every_nic_bw(self) -> list[float]:
         """_nic_bw of every machine's NICs, machine by machine."""
-        if not self._nic_bws:
-            self._nic_bws.update(self._all_nic_bws())
-        known = self._nic_bws
-        return [known[(m, nic)] if (m, nic) in known else self._nic_bw(m, nic)
-                for m in range(self.node_count) for nic in self.nics[m]]
+        return [self._nic_bw(m, nic) for m in range(self.node_count) for nic in self.nics[m]]
 
     def _all_nic_bws(self) -> dict[tuple[int, str], float]:
         """_nic_bw of every machine's NICs at once: the smallest of its network links' NCCL
@@ -457,11 +454,10 @@ class NcclMachine:
         bw = self.link_bws
         tail, head = topo.ends[:, 0], topo.ends[:, 1]
         net_min = np.full(nic.size, np.inf)
-        out = np.flatnonzero((slot[tail] >= 0) & topo.links_of_kind("net"))
+        out = np.flatnonzero((slot[tail] >= 0) & topo.link_kind_codes.mask("net"))
         np.minimum.at(net_min, slot[tail[out]], bw[out])
         rank_machine = np.full(len(topo.nodes), -1, dtype=np.int64)
-        index = topo.node_index
-        rank_machine[[index[n] for n in self.rank_nodes]] = self.rank_machine
+        rank_machine[topo.rank_index[:self.ranks]] = self.rank_machine
         into = np.flatnonzero((slot[head] >= 0) & (rank_machine[tail] >= 0))
         into = into[rank_machine[tail[into]] == machine_of_nic[slot[head[into]]]]
         gpu_max = np.full(nic.size, -np.inf)

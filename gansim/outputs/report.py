@@ -245,11 +245,9 @@ def link_tiers(topo: Topology) -> tuple[list[str], np.ndarray]:
     if topo.num_links == 0:
         return [], np.empty(0, dtype=np.int64)
     # each link's (tail kind, head kind, link kind) as one number, tiers in order of first use
-    node_kinds = [spec.kind for spec in topo.nodes.values()]
-    kind_names = sorted(set(node_kinds))
-    link_kind_names = sorted(set(topo.link_kinds))
-    node_code = np.array([kind_names.index(k) for k in node_kinds], dtype=np.int64)
-    link_code = np.array([link_kind_names.index(k) for k in topo.link_kinds], dtype=np.int64)
+    kind_names, link_kind_names = topo.node_kind_codes.names, topo.link_kind_codes.names
+    node_code = topo.node_kind_codes.codes.astype(np.int64)
+    link_code = topo.link_kind_codes.codes.astype(np.int64)
     code = (node_code[topo.ends[:, 0]] * len(kind_names) + node_code[topo.ends[:, 1]]) * len(link_kind_names) \
         + link_code
     found, first, inverse = np.unique(code, return_index=True, return_inverse=True)

@@ -284,7 +284,7 @@ class Topology:
     @cached_property
     def machine_index(self) -> np.ndarray:
         """`machine_of` of every node, in the order of `nodes`."""
-        local = ~self.links_of_kind("net")
+        local = ~self.link_kind_codes.mask("net")
         label = components(len(self.nodes), self.ends[local, 0], self.ends[local, 1])
         count = int(label.max()) + 1
         ids = list(self.nodes)
@@ -361,31 +361,20 @@ class Topology:
         """Each node's index in `nodes`."""
         return {node: i for i, node in enumerate(self.nodes)}
 
-    def nodes_of_kind(self, kind: str) -> np.ndarray:
-        """Whether each node (in the order of `nodes`, as `ends` numbers them) is of `kind`."""
-        return _of_kind(self._node_kind_codes, kind)
-
-    def links_of_kind(self, kind: str) -> np.ndarray:
-        """Whether each directed link is of `kind`."""
-        return _of_kind(self._link_kind_codes, kind)
-
-    @property
-    def link_kind_codes(self) -> np.ndarray:
-        """Each directed link's kind as a small number: its index in `link_kind_names`."""
-        return self._link_kind_codes[1]
-
-    @property
-    def link_kind_names(self) -> list[str]:
-        """The distinct link kinds, sorted."""
-        return self._link_kind_codes[0]
+    @cached_property
+    def rank_index(self) -> np.ndarray:
+        """Each rank device's index in `nodes`, in rank order."""
+        return np.array([self.node_index[node] for node in self.ranks], dtype=np.int64)
 
     @cached_property
-    def _node_kind_codes(self) -> tuple[list[str], np.ndarray]:
-        return _kind_codes([spec.kind for spec in self.nodes.values()])
+    def node_kind_codes(self) -> "KindCodes":
+        """Each node's kind, in the order of `nodes` (as `ends` numbers them), as a small number."""
+        return KindCodes.of([spec.kind for spec in self.nodes.values()])
 
     @cached_property
-    def _link_kind_codes(self) -> tuple[list[str], np.ndarray]:
-        return _kind_codes(self.link_kinds)
+    def link_kind_codes(self) -> "KindCodes":
+        """Each directed link's kind as a small number."""
+        return KindCodes.of(self.link_kinds)
 
     @cached_property
     def machine_copies(self) -> "MachineCopies | None":
@@ -578,7 +567,7 @@ class Topology:
         """The routing graph's edges as arrays, out of each vertex and into each (see _Edges)."""
         _, node_of, graph = self._routing
         rows, cols, weights = graph.edges
-        position = {node: i for i, node in enumerate(self.nodes)}
+        position = self.node_index
         ends = np.array([position[node_of[v]] for v in range(graph.n)], dtype=np.int64)
         # the directed link of each edge, from its two nodes
         link_key = self.ends[:, 0] * len(self.nodes) + self.ends[:, 1]
@@ -738,10 +727,10 @@ class MachineCopies:
         position = topo.node_index
         machine = topo.machine_index
         count = np.bincount(machine)
-        rank_index = np.array([position[r] for r in topo.ranks], dtype=np.int64)
+        rank_index = topo.rank_index
         template = int(machine[rank_index[0]])
         holders = np.unique(machine[rank_index])
-        net = topo.links_of_kind("net")
+        net = topo.link_kind_codes.mask("net")
         if holders.size < 2 or not net.any():
             return None
         size = int(count[template])
@@ -780,7 +769,7 @@ class MachineCopies:
         if own.size == 0:  # no links inside a machine: no routes to copy
             return None
         table = rows[bounds[good][:, None] + np.arange(own.size)]  # per good machine, its links' rows
-        kinds = topo.link_kind_codes[0::2]
+        kinds = topo.link_kind_codes.codes[0::2]
         capacity, latency = topo.capacity_Bps[0::2], topo.latency_s[0::2]
         starts = first[good][:, None]
         same = ((table - table[:, :1] == own - own[0]).all(axis=1)
@@ -1130,16 +1119,23 @@ def _last_before(reaching: Iterable[tuple[int, float, float]]) -> tuple[float, i
     return best, best_u
 
 
-def _kind_codes(kinds: list[str]) -> tuple[list[str], np.ndarray]:
-    """The distinct kinds, and each element's as its index among them (a byte each, where an
-    array of the strings takes 28 to 44: 500,000 directed links at 100,000 GPUs)."""
-    names, codes = np.unique(np.array(kinds), return_inverse=True)
-    return names.tolist(), codes.ravel().astype(np.int8 if names.size <= 127 else np.int64)
+@dataclass(frozen=True)
+class KindCodes:
+    """Kinds (of nodes or links) as small numbers: the distinct kinds, sorted, and each
+    element's index among them, a byte each where an array of the strings takes 28 to 44
+    (500,000 directed links at 100,000 GPUs)."""
 
+    names: list[str]
+    codes: np.ndarray
 
-def _of_kind(table: tuple[list[str], np.ndarray], kind: str) -> np.ndarray:
-    names, codes = table
-    return codes == names.index(kind) if kind in names else np.zeros(codes.size, dtype=bool)
+    @classmethod
+    def of(cls, kinds: list[str]) -> "KindCodes":
+        names, codes = np.unique(np.array(kinds), return_inverse=True)
+        return cls(names.tolist(), codes.ravel().astype(np.int8 if names.size <= 127 else np.int64))
+
+    def mask(self, kind: str) -> np.ndarray:
+        """Whether each element is of `kind`."""
+        return self.codes == self.names.index(kind) if kind in self.names else np.zeros(self.codes.size, dtype=bool)
 
 
 def _route_weight(latency_us: np.ndarray) -> np.ndarray:
