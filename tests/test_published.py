@@ -161,7 +161,8 @@ def test_p2p_disable_sends_every_gpu_pair_through_host_memory(tmp_path):
     assert slow < fast / 2
 
 
-@pytest.mark.parametrize("key,value", [("NCCL_ALGO", "Ring,Tree"), ("NCCL_PROTO", "LL256"),
+@pytest.mark.parametrize("key,value", [("NCCL_ALGO", "Ring,Butterfly"), ("NCCL_PROTO", "LL256"),
+                                       ("NCCL_NVLS_ENABLE", "off"),
                                        ("NCCL_P2P_DISABLE", "yes"), ("NCCL_P2P_LEVEL", "NODE")])
 def test_an_env_value_the_model_cannot_apply_is_one_line(tmp_path, capsys, key, value):
     _copy_with_env(tmp_path, "a40-nvlink-pair", {key: value})

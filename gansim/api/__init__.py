@@ -312,8 +312,9 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
         maxbytes: Largest size (`-e`).
         stepfactor: Size factor between rows (`-f`).
         algorithm: `nccl` or a textbook algorithm (all_reduce and broadcast only).
-        nccl_algo: Force NCCL's algorithm (NCCL_ALGO).
-        nccl_proto: Force NCCL's protocol (NCCL_PROTO).
+        nccl_algo: The algorithms NCCL may choose from, as NCCL_ALGO takes them ("tree",
+            "ring,tree", "^nvls", "^nvls;allreduce:tree").
+        nccl_proto: The protocols NCCL may choose from, as NCCL_PROTO takes them ("Simple").
         nccl_version: NCCL release whose tuning model to follow (default: the topology's).
         explain: Say under each row what bounds it (nccl only).
         gpus_per_thread: GPUs each thread drives (nccl-tests' own `-g`): an operation takes
@@ -328,6 +329,7 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
     from gansim.collectives.nccl_versions import era_for
     from gansim.collectives.schedules import ALGORITHMS
     from gansim.core.config import TrainingOptions, parse_size
+    from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical
     from gansim.prediction.nccl_tests_table import nccl_tests_table, sweep_sizes
     from gansim.topology.graph import load_topology
 
@@ -345,6 +347,12 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
                              f"not {algorithm!r}", field="--explain")
     sizes = sweep_sizes(parse_size(str(minbytes), "-b"), parse_size(str(maxbytes), "-e"), stepfactor)
     era = era_for(nccl_version, field="--nccl-version") if nccl_version else era_for(topo.nccl_version)
+    for value, kind, flag in ((nccl_algo, ALGORITHM, "--nccl-algo"), (nccl_proto, PROTOCOL, "--nccl-proto")):
+        if value is not None:
+            try:
+                canonical(kind, value)
+            except ValueError as err:
+                raise UserInputError(str(err), field=flag) from None
     options = TrainingOptions(nccl_algo=nccl_algo, nccl_proto=nccl_proto, nccl_version=nccl_version)
     rows = nccl_tests_table(topo, gpus, op, sizes, algorithm, options, source=source, explain=explain,
                             gpus_per_thread=gpus_per_thread)

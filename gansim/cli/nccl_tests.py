@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, get_args
+from typing import Any
 
 from gansim.cli.args import EXIT_OK, positive_int
-from gansim.core.config import NcclAlgo, NcclProto
 from gansim.core.values import number
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -25,8 +24,13 @@ def register(sub: Any) -> None:
     p.add_argument("--op", default="all_reduce", choices=OPS, help="collective (default all_reduce)")
     p.add_argument("--algorithm", default="nccl", metavar="NAME",
                    help="nccl (what NCCL would run, default) or a textbook algorithm (all_reduce, broadcast only)")
-    p.add_argument("--nccl-algo", choices=get_args(NcclAlgo), help="force NCCL's algorithm (NCCL_ALGO)")
-    p.add_argument("--nccl-proto", choices=get_args(NcclProto), help="force NCCL's protocol (NCCL_PROTO)")
+    p.add_argument("--nccl-algo", metavar="LIST",
+                   help="the algorithms NCCL may choose from, as NCCL_ALGO takes them: tree, ring, nvls, nvls_tree, "
+                        "pat (NCCL's spellings too), comma-separated (ring,tree), ^ first to exclude (^nvls), "
+                        "entries after the first prefixed by a collective (^nvls;allreduce:tree)")
+    p.add_argument("--nccl-proto", metavar="LIST",
+                   help="the protocols NCCL may choose from, as NCCL_PROTO takes them: LL, LL128, Simple, in the "
+                        "same list form")
     p.add_argument("--nccl-version", metavar="X.Y[.Z]",
                    help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
                         "else the newest followed)")

@@ -41,6 +41,7 @@ from gansim.collectives.nccl_tuning import (
     plugin_protocol,
     proxy_serial_us,
 )
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, enabled
 from gansim.network.cluster import Cluster
 from gansim.network.flows import max_min_rates
 
@@ -237,7 +238,7 @@ def runner_up(state: NcclState, coll: str, nbytes: float, chosen_algo: str, chos
     NCCL_ALGO / NCCL_PROTO allow (where nothing forced was available, NCCL fell back to the
     ring with any protocol, and so does this)."""
     def allowed(a: str, p: str, fa: str | None, fp: str | None) -> bool:
-        return (fa is None or a == fa) and (fp is None or p == fp)
+        return a in enabled(ALGORITHM, fa, coll) and p in enabled(PROTOCOL, fp, coll)
 
     proto = nccl_proto(state.tuning, proto)
     if not allowed(chosen_algo, chosen_proto, algo, proto):

@@ -23,6 +23,7 @@ from functools import lru_cache
 
 from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PIX, PATH_PXB, PATH_PXN, Graph, NcclMachine
 from gansim.collectives.nccl_versions import AMPERE, NEWEST, NcclEra, arch_row, table_row
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, enabled
 
 ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -395,17 +396,20 @@ class Choice:
 
 def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, proto: str | None = None) -> Choice:
     """enqueue.cc topoGetAlgoInfo: the fastest (algorithm, protocol) by NCCL's model, among
-    those allowed (NCCL_ALGO / NCCL_PROTO), then how many channels and threads it uses; in
-    2.4, which had no model, by its two thresholds (_choose_by_thresholds)."""
+    those allowed (NCCL_ALGO / NCCL_PROTO settings as gansim/core/nccl_env.py reads them:
+    tuning.cc zeroes the bandwidth of the others), then how many channels and threads it uses;
+    in 2.4, which had no model, by its two thresholds (_choose_by_thresholds). A protocol the
+    hardware leaves off by default (LL128) stays off when listed: NCCL would turn it on."""
     if tuning.era.choice == "thresholds":
         return _choose_by_thresholds(tuning, coll, nbytes, algo, proto)
     proto = nccl_proto(tuning, proto)
+    algos, protos = enabled(ALGORITHM, algo, coll), enabled(PROTOCOL, proto, coll)
     best: tuple[float, str, str] | None = None
     for a in ALGORITHMS:
-        if algo is not None and a != algo:
+        if a not in algos:
             continue
         for p in PROTOCOLS:
-            if proto is not None and p != proto:
+            if p not in protos:
                 continue
             t = algo_time_us(tuning, coll, a, p, nbytes)
             if t is not None and t >= 0 and (best is None or t < best[0]):
@@ -459,7 +463,10 @@ def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | 
     process for all its GPUs (nccl-tests without MPI), passes 0 (init.cc ncclCommInitAll). The
     time is the 2.5 tuning model's for that choice: 2.4 had no figures of its own."""
     machine = tuning.machine
-    tree = coll == "all_reduce" and (algo == "tree" if algo is not None else nbytes <= tree_threshold_2_4(machine))
+    algos, protos = enabled(ALGORITHM, algo, coll), enabled(PROTOCOL, proto, coll)
+    # one of the two allowed decides; both (or neither) leave it to the threshold
+    tree = coll == "all_reduce" and "tree" in algos and (
+        "ring" not in algos or nbytes <= tree_threshold_2_4(machine))
     # without a tree (one machine), the ring, as NCCL falls back to it
     tree = tree and tuning.entry(coll, "tree", SIMPLE).bandwidth_GBps > 0
     a = "tree" if tree else "ring"
@@ -472,7 +479,10 @@ def _choose_by_thresholds(tuning: Tuning, coll: str, nbytes: float, algo: str | 
         nt *= 2
     nc = min(max(-(-int(nbytes) // (nt * chunks * per_thread_ll)), 1), machine.comm_channels)
     ll_threshold = nc * nt * chunks * thread_threshold * (4 if tree else 1)
-    p = proto if proto in (LL, SIMPLE) else LL if nbytes <= ll_threshold else SIMPLE
+    if (LL in protos) != (SIMPLE in protos):
+        p = LL if LL in protos else SIMPLE
+    else:
+        p = LL if nbytes <= ll_threshold else SIMPLE
     if p == SIMPLE:
         nc, nt = machine.comm_channels, MAX_THREADS_2_4
     time = algo_time_us(tuning, coll, a, p, nbytes)

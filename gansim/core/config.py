@@ -32,6 +32,7 @@ from pydantic import (
 
 from gansim.core import limits
 from gansim.core.errors import UserInputError
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical
 from gansim.core.nccl_release import check_version
 
 NodeKind = Literal["gpu", "cpu", "host", "pcie_switch", "nvswitch", "nic", "switch"]
@@ -44,9 +45,6 @@ GradientDtype = Literal["fp32", "fp16", "int8"]
 # one all-reduce of all of a phase's gradients flattened into one buffer after the backward
 # (StyleGAN3's training loop, and gansim's default without overlap)
 GradientSync = Literal["ddp_buckets", "per_variable", "per_phase_flat"]
-# NCCL's algorithms and protocols, as NCCL_ALGO / NCCL_PROTO name them
-NcclAlgo = Literal["ring", "tree", "nvls", "nvls_tree", "pat"]
-NcclProto = Literal["LL", "LL128", "Simple"]
 
 
 def _nccl_version(text: str) -> str:
@@ -64,6 +62,10 @@ def _nccl_version_as_text(value: Any) -> Any:
 # an NCCL release whose tuning model gansim follows: "2.18", "2.18.3" (gansim/core/nccl_release.py)
 NcclVersion = Annotated[str, BeforeValidator(_nccl_version_as_text), Field(min_length=3, max_length=20),
                         AfterValidator(_nccl_version)]
+# NCCL_ALGO / NCCL_PROTO as NCCL reads them ("ring", "Ring,Tree", "^nvls;allreduce:tree"),
+# held in gansim's names (gansim/core/nccl_env.py)
+NcclAlgo = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(lambda t: canonical(ALGORITHM, t))]
+NcclProto = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(lambda t: canonical(PROTOCOL, t))]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 
@@ -426,8 +428,9 @@ class TrainingOptions(Strict):
     # coefficient of variation, drawn from the scenario's seed. A synchronous step waits at
     # every collective for the slowest rank, so variability costs time, more with more ranks.
     compute_cv: CoefficientOfVariation = 0.0
-    # For the `nccl` algorithm: force NCCL's algorithm or protocol as NCCL_ALGO / NCCL_PROTO do
-    # (default: NCCL's own choice by message size; gansim/collectives/nccl_tuning.py)
+    # For the `nccl` algorithm: the algorithms or protocols NCCL may choose from, as NCCL_ALGO /
+    # NCCL_PROTO allow them (default: all; NCCL's own choice by message size among those
+    # allowed, gansim/collectives/nccl_tuning.py)
     nccl_algo: NcclAlgo | None = None
     nccl_proto: NcclProto | None = None
     # the NCCL release whose tuning model (choices, latencies, caps) the `nccl` algorithm

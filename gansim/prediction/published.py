@@ -22,6 +22,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical, without
 from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, newest_release_before, parse_version
 from gansim.core.units import MiB
 from gansim.prediction.nccl_tests_table import OPS, nccl_tests_table
@@ -85,17 +86,18 @@ class PublishedMeasurement(Strict):
 
 
 # NCCL's environment variables a run set that change what the model predicts, and the
-# values each may take (NCCL's names, any case); others are kept as the run's record only
-_NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
-_NCCL_PROTOS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+# values each may take (NCCL's names, any case); NCCL_ALGO and NCCL_PROTO are read as NCCL reads
+# them (gansim/core/nccl_env.py); others are kept as the run's record only
 _P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 APPLIED_ENV = {
-    "NCCL_ALGO": tuple(_NCCL_ALGOS),  # one algorithm (NCCL's lists and ^exclusions are not followed)
-    "NCCL_PROTO": tuple(_NCCL_PROTOS),
     "NCCL_P2P_LEVEL": _P2P_LEVELS,
     "NCCL_P2P_DISABLE": ("0", "1"),
     "NCCL_TREE_THRESHOLD": ("0",),  # 2.4 only: 0 keeps all-reduces off the tree
+    # transport/nvls.cc NCCL_PARAM(NvlsEnable, "NVLS_ENABLE", 2): 0 leaves comm->nvlsSupport 0,
+    # so neither NVLS nor NVLS-Tree has channels; 1 and 2 (the default) leave NCCL to decide
+    "NCCL_NVLS_ENABLE": ("0", "1", "2"),
 }
+_LISTS = {"NCCL_ALGO": ALGORITHM, "NCCL_PROTO": PROTOCOL}
 
 
 class PublishedSystem(Strict):
@@ -127,6 +129,9 @@ class PublishedSystem(Strict):
         for key, allowed in APPLIED_ENV.items():
             if key in env and env[key].strip().lower() not in {a.lower() for a in allowed}:
                 raise ValueError(f"{key}={env[key]!r} is not one the model applies; allowed: {', '.join(allowed)}")
+        for key, kind in _LISTS.items():
+            if key in env:
+                canonical(kind, env[key])  # its ValueError names the variable and what is allowed
         return env
 
 
@@ -162,12 +167,13 @@ class PublishedFile:
         return min(self.spec.nccl_version, NEWEST_VERSION, key=parse_version)
 
     def options(self) -> TrainingOptions:
-        """The run's NCCL release, and the choice its environment forced: NCCL_ALGO and
-        NCCL_PROTO, or NCCL_TREE_THRESHOLD=0, which kept NCCL 2.4 off its tree (init.cc;
-        releases from 2.5 no longer read it)."""
+        """The run's NCCL release, and the choices its environment allowed: NCCL_ALGO and
+        NCCL_PROTO, less NVLS and NVLS-Tree where NCCL_NVLS_ENABLE=0, or NCCL_TREE_THRESHOLD=0,
+        which kept NCCL 2.4 off its tree (init.cc; releases from 2.5 no longer read it)."""
         env = self.spec.env
-        algo = _NCCL_ALGOS.get(env.get("NCCL_ALGO", "").strip().lower())
-        proto = _NCCL_PROTOS.get(env.get("NCCL_PROTO", "").strip().lower())
+        algo, proto = (canonical(kind, env[key]) if key in env else None for key, kind in _LISTS.items())
+        if env.get("NCCL_NVLS_ENABLE", "").strip() == "0":
+            algo = without(ALGORITHM, algo, ("nvls", "nvls_tree"))
         if env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
             algo = "ring"
         return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo, nccl_proto=proto)
