@@ -135,3 +135,25 @@ def test_nccl_tests_takes_a_list_and_refuses_a_bad_one_in_one_line(capsys):
     assert main(["nccl-tests", "dgx-a100", "-g", "8", "--nccl-algo", "ring,butterfly"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--nccl-algo" in err and "butterfly" in err and "allowed" in err
+
+
+def test_nccl_proto_decides_ll128_by_its_list_where_the_hardware_rule_leaves_it_off():
+    """tuning.cc applies its LL128 hardware rule only to a protocol row NCCL_PROTO left alone
+    (protoEnable 2): on the Pascal PCIe box the rule keeps LL128 off, a list that names it (or
+    does not exclude it) turns it on, one that covers another collective only changes nothing."""
+    from gansim.collectives.nccl_tuning import algo_time_us
+    from gansim.topology.graph import load_topology
+
+    tuning = tune(NcclMachine.build(load_topology("paper-gtx1080ti-pcie"), 4))
+    assert {choose(tuning, "all_reduce", n).protocol for n in SIZES} <= {"LL", "Simple"}
+    assert tuning.entry("all_reduce", "ring", "LL128").bandwidth_GBps == 0
+    assert tuning.entry("all_reduce", "ring", "LL128", listed=True).bandwidth_GBps > 0
+    for n in SIZES:
+        forced = choose(tuning, "all_reduce", n, None, "LL128")
+        assert (forced.protocol, forced.listed) == ("LL128", True)
+        assert forced.model_time_us == algo_time_us(tuning, "all_reduce", forced.algorithm, "LL128", n, listed=True)
+        open_list = choose(tuning, "all_reduce", n, None, "^LL")
+        assert open_list.model_time_us == min(
+            t for p in ("LL128", "Simple") for a in ("ring", "tree")
+            if (t := algo_time_us(tuning, "all_reduce", a, p, n, listed=True)) is not None)
+        assert choose(tuning, "all_reduce", n, None, "allgather:LL128") == choose(tuning, "all_reduce", n)

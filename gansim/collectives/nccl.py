@@ -118,10 +118,10 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
     machine, tuning = state.machine, state.tuning
     choice = choose(tuning, coll, nbytes, algo, proto)
     a, p = choice.algorithm, choice.protocol
-    entry = tuning.entry(coll, a, p)
+    entry = tuning.entry(coll, a, p, choice.listed)
     # NCCL's latency, and the drain of the chunk pipeline its additive model leaves out
-    latency_us = algo_latency_us(tuning, coll, a, p, nbytes, played=True) + pipeline_fill_us(tuning, coll, a, nbytes,
-                                                                                entry.bandwidth_GBps)
+    latency_us = algo_latency_us(tuning, coll, a, p, nbytes, played=True, listed=choice.listed) + pipeline_fill_us(
+        tuning, coll, a, nbytes, entry.bandwidth_GBps)
     # and the proxy threads' sends, posted one channel after another at every network crossing
     latency_us += proxy_serial_us(tuning, coll, a, choice.channels, dtree_parent)
     fraction = choice.channels / machine.comm_channels if a in ("ring", "tree", "pat") else 1.0

@@ -41,7 +41,7 @@ from gansim.collectives.nccl_tuning import (
     plugin_protocol,
     proxy_serial_us,
 )
-from gansim.core.nccl_env import ALGORITHM, PROTOCOL, enabled
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, applies, enabled
 from gansim.network.cluster import Cluster
 from gansim.network.flows import max_min_rates
 
@@ -214,7 +214,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     nvls = choice.algorithm in ("nvls", "nvls_tree")
     comm = nvls_channels(state.tuning.era, machine) if nvls else machine.comm_channels
     heads = (machine.nvls.channels if machine.nvls else 1) if nvls else None
-    entry = state.tuning.entry(coll, choice.algorithm, choice.protocol)
+    entry = state.tuning.entry(coll, choice.algorithm, choice.protocol, choice.listed)
     return Explanation(
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
@@ -225,8 +225,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         time_us=seconds * 1e6,
         bound_by=bottleneck(cluster, state, chosen_plan),
         proxy_us=proxy_serial_us(state.tuning, coll, choice.algorithm, choice.channels, dtree_parent),
-        drain_us=pipeline_fill_us(state.tuning, coll, choice.algorithm, float(nbytes),
-                                  state.tuning.entry(coll, choice.algorithm, choice.protocol).bandwidth_GBps),
+        drain_us=pipeline_fill_us(state.tuning, coll, choice.algorithm, float(nbytes), entry.bandwidth_GBps),
         chosen_by=state.tuning.era.choice,
         plugin_protocol=None if proto is not None else plugin_protocol(state.tuning),
     )
@@ -242,13 +241,14 @@ def runner_up(state: NcclState, coll: str, nbytes: float, chosen_algo: str, chos
 
     proto = nccl_proto(state.tuning, proto)
     if not allowed(chosen_algo, chosen_proto, algo, proto):
-        algo, proto = "ring", None  # choose()'s fallback
+        algo, proto = "ring", nccl_proto(state.tuning, None)  # choose()'s fallback
+    listed = applies(PROTOCOL, proto, coll)
     best: Contender | None = None
     for a in ALGORITHMS:
         for p in PROTOCOLS:
             if (a, p) == (chosen_algo, chosen_proto) or not allowed(a, p, algo, proto):
                 continue
-            t = algo_time_us(state.tuning, coll, a, p, nbytes)
+            t = algo_time_us(state.tuning, coll, a, p, nbytes, listed)
             if t is not None and t >= 0 and (best is None or t < best.model_time_us):
                 best = Contender(a, p, t)
     return best

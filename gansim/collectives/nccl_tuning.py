@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PIX, PATH_PXB, PATH_PXN, Graph, NcclMachine
 from gansim.collectives.nccl_versions import AMPERE, NEWEST, NcclEra, arch_row, table_row
-from gansim.core.nccl_env import ALGORITHM, PROTOCOL, enabled
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, applies, enabled
 
 ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -73,8 +73,15 @@ class Tuning:
     # the communicators were made by one process for all its GPUs (ncclCommInitAll), not one
     # each (ncclCommInitRank): NCCL 2.4's thread threshold follows it (_choose_by_thresholds)
     single_process: bool = False
+    # LL128 entries NCCL leaves off by default on this machine (its hardware rule) but runs
+    # where NCCL_PROTO names the collective: tuning.cc applies the rule only to protoEnable 2,
+    # the value of a row NCCL_PROTO left alone
+    ll128_when_listed: dict[tuple[str, str, str], Entry] = field(default_factory=dict)
 
-    def entry(self, coll: str, algo: str, proto: str) -> Entry:
+    def entry(self, coll: str, algo: str, proto: str, listed: bool = False) -> Entry:
+        """The table's entry; `listed`: with NCCL_PROTO set for the collective (Choice.listed)."""
+        if listed and (coll, algo, proto) in self.ll128_when_listed:
+            return self.ll128_when_listed[(coll, algo, proto)]
         return self.table.get((coll, algo, proto), Entry(0.0, 0.0, 0.0))
 
 
@@ -103,6 +110,7 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST, single_process: bool = Fal
     ppn = ranks / nodes
     graphs = {a: _graph_for(machine, a) for a in ALGORITHMS}
     table: dict[tuple[str, str, str], Entry] = {}
+    listed: dict[tuple[str, str, str], Entry] = {}
     for coll in COLLECTIVES:
         nsteps = 2 * (ranks - 1) if coll == "all_reduce" else ranks - 1 if coll in ("all_gather", "reduce_scatter") \
             else ranks
@@ -167,11 +175,16 @@ def tune(machine: NcclMachine, era: NcclEra = NEWEST, single_process: bool = Fal
                 played_lat = played_inter_latency(hw_net, reported, proto)
                 latency, played, one_more = (_latency(era, machine, coll, algo, proto, nsteps, hw, intra_lat, net)
                                              for net in (inter_lat, played_lat, played_lat + 1.0))
-                if not _enabled(era, machine, graph, algo, proto):
-                    bus = 0.0
                 # the latency is linear in the hop: one more us a hop adds the hops' count
-                table[(coll, algo, proto)] = Entry(latency, bus, played, played_lat, round(one_more - played, 6))
-    return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs, single_process)
+                entry = Entry(latency, bus, played, played_lat, round(one_more - played, 6))
+                if not _enabled(era, machine, algo):
+                    entry = replace(entry, bandwidth_GBps=0.0)
+                elif proto == LL128 and not _ll128_by_default(era, machine, graph):
+                    listed[(coll, algo, proto)] = entry
+                    entry = replace(entry, bandwidth_GBps=0.0)
+                table[(coll, algo, proto)] = entry
+    return Tuning(machine, era, table, ll_max, ring_ll128_max, tree_max, tree_ll128_max, graphs, single_process,
+                  listed)
 
 
 def rated_bw(graph: Graph, nodes: int) -> float:
@@ -308,38 +321,40 @@ def _nvls_bw(era: NcclEra, machine: NcclMachine, graph: Graph, coll: str, algo: 
     return min(intra_bw, inter_bw, nvls_tree_max if algo == "nvls_tree" else float("inf"))
 
 
-def _enabled(era: NcclEra, machine: NcclMachine, graph: Graph, algo: str, proto: str) -> bool:
-    """tuning.cc: LL128 only where the era's NCCL enables it by default, NVLS-Tree only across
-    nodes, NVLS alone only inside one node (CollNet disabled), PAT only at one GPU per node
-    (ncclPatEnable: "PAT only supports 1 GPU per node"; NCCL's own network transports run on
-    the host, as it asks) from the era's compute capability."""
+def _enabled(era: NcclEra, machine: NcclMachine, algo: str) -> bool:
+    """tuning.cc: NVLS-Tree only across nodes, NVLS alone only inside one node (CollNet
+    disabled), PAT only at one GPU per node (ncclPatEnable: "PAT only supports 1 GPU per node";
+    NCCL's own network transports run on the host, as it asks) from the era's compute
+    capability, whatever NCCL_ALGO allows."""
     if algo == "nvls_tree" and machine.node_count == 1:
         return False
     if algo == "pat":
         return machine.node_count == machine.ranks > 1 and machine.capability >= era.pat_min_capability
-    if algo == "nvls" and machine.node_count > 1:
-        return False
-    if proto == LL128:
-        if machine.capability >= 90 and era.ll128_pxn_from_hopper:
-            ok = graph.type_inter <= PATH_PXN  # NCCL_LL128_C2C default 1
-        else:
-            ok = graph.type_inter <= (PATH_PXB if era.ll128_inter_path == "pxb" else PATH_PIX)
-        ok = ok and graph.type_intra <= (PATH_NVB if era.ll128_intra_path == "nvb" else PATH_NVL)
-        if era.ll128_capabilities is not None:
-            return ok and machine.capability == machine.max_capability \
-                and machine.capability in era.ll128_capabilities
-        ok = ok and (machine.capability == machine.max_capability or machine.capability >= 90)
-        return ok and machine.capability >= 70
-    return True
+    return not (algo == "nvls" and machine.node_count > 1)
 
 
-def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float, played: bool = False) -> float:
+def _ll128_by_default(era: NcclEra, machine: NcclMachine, graph: Graph) -> bool:
+    """tuning.cc: whether the era's NCCL enables LL128 on this graph by default (protoEnable 2;
+    NCCL_PROTO naming the collective replaces the rule by its list)."""
+    if machine.capability >= 90 and era.ll128_pxn_from_hopper:
+        ok = graph.type_inter <= PATH_PXN  # NCCL_LL128_C2C default 1
+    else:
+        ok = graph.type_inter <= (PATH_PXB if era.ll128_inter_path == "pxb" else PATH_PIX)
+    ok = ok and graph.type_intra <= (PATH_NVB if era.ll128_intra_path == "nvb" else PATH_NVL)
+    if era.ll128_capabilities is not None:
+        return ok and machine.capability == machine.max_capability and machine.capability in era.ll128_capabilities
+    ok = ok and (machine.capability == machine.max_capability or machine.capability >= 90)
+    return ok and machine.capability >= 70
+
+
+def algo_latency_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float, played: bool = False,
+                    listed: bool = False) -> float:
     """ncclTopoGetAlgoTime's latency: the table's, times the ring's "plateau effect" for
     multi-node Simple all-reduces (from 2.18 by generation and bytes per channel and rank;
     2.7-2.17 x1.9 from nRanks/16 x 64 KiB; none before 2.7). `played`: with the network hops as
     they are played (Entry.played_latency_us, played_inter_latency)."""
     machine = tuning.machine
-    entry = tuning.entry(coll, algo, proto)
+    entry = tuning.entry(coll, algo, proto, listed)
     lat = entry.played_latency_us if played else entry.latency_us
     if algo == "ring" and proto == SIMPLE and machine.node_count > 1 and coll == "all_reduce":
         plateau = tuning.era.plateau
@@ -361,13 +376,16 @@ def tree_correction(era: NcclEra, coll: str, algo: str, proto: str, nbytes: floa
     return 1.0
 
 
-def algo_time_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float) -> float | None:
+def algo_time_us(tuning: Tuning, coll: str, algo: str, proto: str, nbytes: float,
+                 listed: bool = False) -> float | None:
     """tuning.cc ncclTopoGetAlgoTime: latency + bytes / bandwidth, with the tree correction
-    and the ring plateau; None where the algorithm is not available."""
-    bw = tuning.entry(coll, algo, proto).bandwidth_GBps * tree_correction(tuning.era, coll, algo, proto, nbytes)
+    and the ring plateau; None where the algorithm is not available (`listed`: with
+    NCCL_PROTO set for the collective, Tuning.entry)."""
+    bw = tuning.entry(coll, algo, proto, listed).bandwidth_GBps * tree_correction(tuning.era, coll, algo, proto,
+                                                                                  nbytes)
     if bw == 0:
         return None
-    return algo_latency_us(tuning, coll, algo, proto, nbytes) + nbytes / (1000.0 * bw)
+    return algo_latency_us(tuning, coll, algo, proto, nbytes, listed=listed) + nbytes / (1000.0 * bw)
 
 
 def plugin_protocol(tuning: Tuning) -> str | None:
@@ -392,18 +410,23 @@ class Choice:
     model_time_us: float  # NCCL's own estimate
     channels: int  # channels this message runs on (of comm->nChannels)
     threads: int
+    # NCCL_PROTO (the user's or a net plugin's) was set for this collective, so LL128 follows
+    # its list, not NCCL's hardware rule (Tuning.entry)
+    listed: bool = False
 
 
 def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, proto: str | None = None) -> Choice:
     """enqueue.cc topoGetAlgoInfo: the fastest (algorithm, protocol) by NCCL's model, among
     those allowed (NCCL_ALGO / NCCL_PROTO settings as gansim/core/nccl_env.py reads them:
     tuning.cc zeroes the bandwidth of the others), then how many channels and threads it uses;
-    in 2.4, which had no model, by its two thresholds (_choose_by_thresholds). A protocol the
-    hardware leaves off by default (LL128) stays off when listed: NCCL would turn it on."""
+    in 2.4, which had no model, by its two thresholds (_choose_by_thresholds). An NCCL_PROTO
+    that covers the collective decides LL128 by its list alone: listed (or not excluded), it
+    runs where NCCL's hardware rule would leave it off, as in tuning.cc."""
     if tuning.era.choice == "thresholds":
         return _choose_by_thresholds(tuning, coll, nbytes, algo, proto)
     proto = nccl_proto(tuning, proto)
     algos, protos = enabled(ALGORITHM, algo, coll), enabled(PROTOCOL, proto, coll)
+    listed = applies(PROTOCOL, proto, coll)
     best: tuple[float, str, str] | None = None
     for a in ALGORITHMS:
         if a not in algos:
@@ -411,7 +434,7 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
         for p in PROTOCOLS:
             if p not in protos:
                 continue
-            t = algo_time_us(tuning, coll, a, p, nbytes)
+            t = algo_time_us(tuning, coll, a, p, nbytes, listed)
             if t is not None and t >= 0 and (best is None or t < best[0]):
                 best = (t, a, p)
     if best is None:
@@ -421,7 +444,7 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
         raise ValueError(f"no NCCL algorithm available for {coll}")
     time, a, p = best
     nc, nt = channels_for(tuning, a, p, nbytes)
-    return Choice(a, p, time, nc, nt)
+    return Choice(a, p, time, nc, nt, listed)
 
 
 # NCCL 2.4 (v2.4.8-1): src/include/enqueue.h, devcomm.h and rings.h

@@ -91,6 +91,11 @@ def enabled(kind: str, text: str | None, collective: str) -> frozenset[str]:
     return allowed
 
 
+def applies(kind: str, text: str | None, collective: str) -> bool:
+    """Whether a setting has an entry for `collective` (one without a prefix covers all)."""
+    return text is not None and any(c is None or c == collective for c, _, _ in _entries(kind, text))
+
+
 def without(kind: str, text: str | None, removed: tuple[str, ...]) -> str:
     """A setting that enables what `text` does but none of `removed` (NCCL_NVLS_ENABLE=0
     takes NVLS and NVLS-Tree from whatever NCCL_ALGO allows)."""
