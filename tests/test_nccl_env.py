@@ -39,7 +39,8 @@ def test_a_setting_is_held_in_gansim_s_names(text, expected):
     assert canonical(ALGORITHM, text) == expected
 
 
-@pytest.mark.parametrize("text", ["ring,butterfly", "", "^", "ring,", "tree;ring", "alltoall:ring", "collnet"])
+@pytest.mark.parametrize("text", ["ring,butterfly", "", "^", "ring,", "tree;ring", "alltoall:ring", "collnet",
+                                  "allreduce:", "ring," * 100])
 def test_a_setting_nccl_would_refuse_is_a_one_line_error_naming_what_is_allowed(text):
     with pytest.raises(ValueError) as err:
         canonical(ALGORITHM, text)

@@ -64,8 +64,8 @@ NcclVersion = Annotated[str, BeforeValidator(_nccl_version_as_text), Field(min_l
                         AfterValidator(_nccl_version)]
 # NCCL_ALGO / NCCL_PROTO as NCCL reads them ("ring", "Ring,Tree", "^nvls;allreduce:tree"),
 # held in gansim's names (gansim/core/nccl_env.py)
-NcclAlgo = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(lambda t: canonical(ALGORITHM, t))]
-NcclProto = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(lambda t: canonical(PROTOCOL, t))]
+NcclAlgo = Annotated[str, AfterValidator(lambda t: canonical(ALGORITHM, t))]
+NcclProto = Annotated[str, AfterValidator(lambda t: canonical(PROTOCOL, t))]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 

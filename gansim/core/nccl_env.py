@@ -29,6 +29,7 @@ _COLLECTIVES = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "all_
                 "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter", "allreduce": "all_reduce",
                 "all_reduce": "all_reduce"}
 _VARIABLE = {ALGORITHM: "NCCL_ALGO", PROTOCOL: "NCCL_PROTO"}
+MAX_LENGTH = 200  # every name of every collective fits many times over
 
 
 def names(kind: str) -> tuple[str, ...]:
@@ -46,6 +47,8 @@ def _entries(kind: str, text: str) -> tuple[tuple[str | None, bool, tuple[str, .
     """(collective or None for all, exclusion?, names) per `;` entry; ValueError naming what
     is allowed for anything NCCL would refuse."""
     what = _VARIABLE[kind]
+    if len(text) > MAX_LENGTH:
+        raise ValueError(f"{what} of {len(text)} characters; allowed: at most {MAX_LENGTH}, {_allowed_text(kind)}")
     entries = []
     for i, entry in enumerate(text.strip().split(";")):
         prefix, colon, listed = entry.strip().rpartition(":")
