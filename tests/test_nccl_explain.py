@@ -13,8 +13,8 @@ from gansim.collectives.nccl_tuning import ALGORITHMS, PROTOCOLS, algo_time_us
 from gansim.topology.graph import load_topology
 from tests.cli_checks import run_bad
 
-FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "staged_in_host", "channels",
-          "comm_channels",
+FIELDS = {"chosen", "runner_up", "runner_up_loss", "chosen_by", "plugin_protocol", "settings", "fell_back",
+          "ll128_by_listing", "staged_in_host", "channels", "comm_channels",
           "nvls_heads", "network_hops", "network_hop_us", "plugin_latency_us", "threads", "latency_us",
           "latency_share", "proxy_us", "drain_us", "bandwidth_share", "bound_by", "sentence"}
 
@@ -94,9 +94,21 @@ def test_runner_up_is_slower_and_respects_forced_algorithm(capsys):
     e = rows[0]["explain"]
     assert rows[0]["algorithm"] == "ring" and e["runner_up"]["algorithm"] == "ring"
     assert e["channels"] == e["comm_channels"] == rows[0]["channels"]
+    assert e["fell_back"] and e["settings"] == "NCCL_ALGO=nvls" and "NCCL's fallback, the ring" in e["sentence"]
     rows, _ = explained(capsys, ["dgx-a100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-algo", "ring",
                                  "--nccl-proto", "Simple"])
     assert rows[0]["explain"]["runner_up"] is None  # nothing else allowed
+    assert "chosen among what NCCL_ALGO=ring and NCCL_PROTO=Simple allow" in rows[0]["explain"]["sentence"]
+    assert not rows[0]["explain"]["fell_back"]
+
+
+def test_ll128_that_only_nccl_proto_turns_on_is_said_so(capsys):
+    rows, _ = explained(capsys, ["paper-gtx1080ti-pcie", "-g", "4", "-b", "1M", "-e", "1M", "--nccl-proto", "LL128"])
+    e = rows[0]["explain"]
+    assert rows[0]["protocol"] == "LL128" and e["ll128_by_listing"] and not e["fell_back"]
+    assert "NCCL leaves it off on this machine by default" in e["sentence"]
+    rows, _ = explained(capsys, ["dgx-a100", "-g", "8", "-b", "1M", "-e", "1M", "--nccl-proto", "LL128"])
+    assert rows[0]["protocol"] == "LL128" and not rows[0]["explain"]["ll128_by_listing"]
 
 
 def test_runner_up_is_the_next_best_by_nccls_model(capsys):

@@ -111,6 +111,11 @@ class Explanation:
     network_hops: float = 0.0
     network_hop_us: float = 0.0
     plugin_latency_us: float | None = None  # what the NICs' net plugin reports to NCCL; None: no plugin
+    # the user's NCCL_ALGO / NCCL_PROTO as an environment sets them ("NCCL_ALGO=ring,tree
+    # NCCL_PROTO=Simple"); None: NCCL chose among all
+    settings: str | None = None
+    fell_back: bool = False  # nothing the settings allow was available: NCCL's fallback, the ring
+    ll128_by_listing: bool = False  # LL128 runs because NCCL_PROTO lists it; NCCL leaves it off here else
 
     @property
     def latency_share(self) -> float:
@@ -154,6 +159,13 @@ class Explanation:
             of_it.insert(0, f"{self.network_hops:g} network hops of {self.network_hop_us:.0f} us{plugin}")
         parts.append(f"latency {100 * self.latency_share:.0f} % of the time"
                      + (f" ({', '.join(of_it)})" if of_it else ""))
+        if self.settings is not None:
+            named = self.settings.replace(" ", " and ")
+            verb = "allow" if " " in self.settings else "allows"
+            parts.append(f"nothing {named} {verb} runs here: NCCL's fallback, the ring" if self.fell_back
+                         else f"chosen among what {named} {verb}")
+        if self.ll128_by_listing:
+            parts.append("LL128 because NCCL_PROTO names it: NCCL leaves it off on this machine by default")
         loss = self.runner_up_loss
         if self.runner_up is None:
             parts.append("no runner-up allowed")
@@ -179,6 +191,9 @@ class Explanation:
             "runner_up_loss": self.runner_up_loss,
             "chosen_by": self.chosen_by,
             "plugin_protocol": self.plugin_protocol,
+            "settings": self.settings,
+            "fell_back": self.fell_back,
+            "ll128_by_listing": self.ll128_by_listing,
             "staged_in_host": self.staged_in_host,
             "channels": self.channels,
             "comm_channels": self.comm_channels,
@@ -215,6 +230,10 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     comm = nvls_channels(state.tuning.era, machine) if nvls else machine.comm_channels
     heads = (machine.nvls.channels if machine.nvls else 1) if nvls else None
     entry = state.tuning.entry(coll, choice.algorithm, choice.protocol, choice.listed)
+    settings = " ".join(f"{name}={value}" for name, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto))
+                        if value is not None) or None
+    allowed = choice.algorithm in enabled(ALGORITHM, algo, coll) and choice.protocol in enabled(
+        PROTOCOL, nccl_proto(state.tuning, proto), coll)
     return Explanation(
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
@@ -228,6 +247,8 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         drain_us=pipeline_fill_us(state.tuning, coll, choice.algorithm, float(nbytes), entry.bandwidth_GBps),
         chosen_by=state.tuning.era.choice,
         plugin_protocol=None if proto is not None else plugin_protocol(state.tuning),
+        settings=settings, fell_back=not allowed,
+        ll128_by_listing=choice.listed and (coll, choice.algorithm, choice.protocol) in state.tuning.ll128_when_listed,
     )
 
 
