@@ -158,3 +158,13 @@ def test_nccl_proto_decides_ll128_by_its_list_where_the_hardware_rule_leaves_it_
             t for p in ("LL128", "Simple") for a in ("ring", "tree")
             if (t := algo_time_us(tuning, "all_reduce", a, p, n, listed=True)) is not None)
         assert choose(tuning, "all_reduce", n, None, "allgather:LL128") == choose(tuning, "all_reduce", n)
+
+
+def test_validation_json_says_what_each_run_s_environment_let_nccl_choose_from(tmp_path, capsys):
+    """The A3 Mega run's profile (Ring,Tree, Simple, NVLS off) and a run that set nothing."""
+    import json
+
+    for name, expected in (("gcp-a3mega-h100-2node", ("ring,tree", "Simple")), ("dgx-a100-4gpu", (None, None))):
+        assert main(["validate", "--published", name, "--json", "--out", str(tmp_path / name)]) == 0
+        (system,) = json.loads(capsys.readouterr().out)["systems"]
+        assert (system["nccl_algo"], system["nccl_proto"]) == expected

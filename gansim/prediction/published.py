@@ -323,6 +323,7 @@ def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str
                         "worst_abs_error": total.worst_abs_error, "bands": _bands_dict(rows)},
             "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
                          "model_nccl_version": f.model_version,
+                         **{key: getattr(f.options(), key) for key in ("nccl_algo", "nccl_proto")},
                          "bands": _bands_dict([r for r in rows if r.system == f.spec.name]),
                          "system": f.spec.system, "source": f.spec.source.model_dump(),
                          **dict(zip(("points", "median_abs_error", "worst_abs_error"),
