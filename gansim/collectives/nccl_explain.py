@@ -232,8 +232,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     entry = state.tuning.entry(coll, choice.algorithm, choice.protocol, choice.listed)
     settings = " ".join(f"{name}={value}" for name, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto))
                         if value is not None) or None
-    allowed = choice.algorithm in enabled(ALGORITHM, algo, coll) and choice.protocol in enabled(
-        PROTOCOL, nccl_proto(state.tuning, proto), coll)
+    allowed = _allowed(coll, choice.algorithm, choice.protocol, algo, nccl_proto(state.tuning, proto))
     return Explanation(
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
@@ -252,22 +251,24 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     )
 
 
+def _allowed(coll: str, algorithm: str, protocol: str, algo: str | None, proto: str | None) -> bool:
+    """Whether NCCL_ALGO `algo` and NCCL_PROTO `proto` (None: any) allow the pair for `coll`."""
+    return algorithm in enabled(ALGORITHM, algo, coll) and protocol in enabled(PROTOCOL, proto, coll)
+
+
 def runner_up(state: NcclState, coll: str, nbytes: float, chosen_algo: str, chosen_proto: str,
               algo: str | None = None, proto: str | None = None) -> Contender | None:
     """The fastest (algorithm, protocol) by NCCL's model after the chosen one, among those
     NCCL_ALGO / NCCL_PROTO allow (where nothing forced was available, NCCL fell back to the
     ring with any protocol, and so does this)."""
-    def allowed(a: str, p: str, fa: str | None, fp: str | None) -> bool:
-        return a in enabled(ALGORITHM, fa, coll) and p in enabled(PROTOCOL, fp, coll)
-
     proto = nccl_proto(state.tuning, proto)
-    if not allowed(chosen_algo, chosen_proto, algo, proto):
+    if not _allowed(coll, chosen_algo, chosen_proto, algo, proto):
         algo, proto = "ring", nccl_proto(state.tuning, None)  # choose()'s fallback
     listed = applies(PROTOCOL, proto, coll)
     best: Contender | None = None
     for a in ALGORITHMS:
         for p in PROTOCOLS:
-            if (a, p) == (chosen_algo, chosen_proto) or not allowed(a, p, algo, proto):
+            if (a, p) == (chosen_algo, chosen_proto) or not _allowed(coll, a, p, algo, proto):
                 continue
             t = algo_time_us(state.tuning, coll, a, p, nbytes, listed)
             if t is not None and t >= 0 and (best is None or t < best.model_time_us):

@@ -12,6 +12,7 @@ the CLI and the results record hold one form of it; `enabled` reads it for one c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 
 ALGORITHM = "algorithm"
@@ -73,11 +74,16 @@ def _entries(kind: str, text: str) -> tuple[tuple[str | None, bool, tuple[str, .
     return tuple(entries)
 
 
+def _text(entries: Iterable[tuple[str | None, bool, tuple[str, ...]]]) -> str:
+    """Entries (collective or None, exclusion?, names) written as a setting."""
+    return ";".join((f"{c}:" if c else "") + ("^" if exclude else "") + ",".join(listed)
+                    for c, exclude, listed in entries)
+
+
 def canonical(kind: str, text: str) -> str:
     """`text` checked and written with gansim's names ("Ring,Tree" -> "ring,tree",
     "^NVLSTree;AllReduce:Tree" -> "^nvls_tree;all_reduce:tree"); ValueError otherwise."""
-    return ";".join((f"{c}:" if c else "") + ("^" if exclude else "") + ",".join(listed)
-                    for c, exclude, listed in _entries(kind, text))
+    return _text(_entries(kind, text))
 
 
 @lru_cache(maxsize=1024)
@@ -103,11 +109,10 @@ def without(kind: str, text: str | None, removed: tuple[str, ...]) -> str:
     """A setting that enables what `text` does but none of `removed` (NCCL_NVLS_ENABLE=0
     takes NVLS and NVLS-Tree from whatever NCCL_ALGO allows)."""
     if text is None:
-        return "^" + ",".join(removed)
-    parts = []
+        return _text([(None, True, removed)])
+    entries = []
     for c, exclude, listed in _entries(kind, text):
         kept = tuple(dict.fromkeys(listed + removed)) if exclude else tuple(n for n in listed if n not in removed)
-        if not kept:  # nothing left of an inclusion list: exclude every name
-            exclude, kept = True, names(kind)
-        parts.append((f"{c}:" if c else "") + ("^" if exclude else "") + ",".join(kept))
-    return ";".join(parts)
+        # nothing left of an inclusion list: exclude every name
+        entries.append((c, exclude, kept) if kept else (c, True, names(kind)))
+    return _text(entries)

@@ -323,13 +323,13 @@ def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str
                         "worst_abs_error": total.worst_abs_error, "bands": _bands_dict(rows)},
             "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
                          "model_nccl_version": f.model_version,
-                         **{key: getattr(f.options(), key) for key in ("nccl_algo", "nccl_proto")},
+                         "nccl_algo": options.nccl_algo, "nccl_proto": options.nccl_proto,
                          "bands": _bands_dict([r for r in rows if r.system == f.spec.name]),
                          "system": f.spec.system, "source": f.spec.source.model_dump(),
                          **dict(zip(("points", "median_abs_error", "worst_abs_error"),
                                     (lambda s: (s.points, s.median_abs_error, s.worst_abs_error))(
                                         summarize([r for r in rows if r.system == f.spec.name]))))}
-                        for f in files],
+                        for f, options in ((f, f.options()) for f in files)],
             "points": [{"system": r.system, "op": r.op, "size_B": r.nbytes, "measured_busbw_GBps": r.measured_busbw_GBps,
                         "predicted_busbw_GBps": r.predicted_busbw_GBps, "error": r.error, "algorithm": r.algorithm,
                         "protocol": r.protocol, "channels": r.channels} for r in rows]}
