@@ -83,7 +83,9 @@ def test_a_list_leaves_nccl_the_fastest_of_its_algorithms_by_nccl_s_model(tuning
         assert simple.protocol == "Simple" and simple.model_time_us >= listed.model_time_us
 
 
-def test_a_collective_s_own_entry_decides_for_it_only(tuning):
+def test_a_collective_s_own_entry_decides_for_it_only():
+    # entries per collective are NCCL 2.24's (tests/test_nccl_settings.py: earlier ones refuse them)
+    tuning = tune(NcclMachine.build(two_h100_nodes(), 16), era_for("2.26.2"))
     forced = [choose(tuning, "all_reduce", n, "^nvls_tree;allreduce:ring") for n in SIZES]
     assert {c.algorithm for c in forced} == {"ring"}
     gathers = {choose(tuning, "all_gather", n, "^nvls_tree;allreduce:ring").algorithm for n in SIZES}

@@ -326,6 +326,7 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
     Raises:
         UserInputError: A bad topology, size, collective or option, with the command's message.
     """
+    from gansim.collectives.nccl_tuning import NcclSettingError
     from gansim.collectives.nccl_versions import era_for
     from gansim.collectives.schedules import ALGORITHMS
     from gansim.core.config import TrainingOptions, parse_size
@@ -354,8 +355,11 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
             except ValueError as err:
                 raise UserInputError(str(err), field=flag) from None
     options = TrainingOptions(nccl_algo=nccl_algo, nccl_proto=nccl_proto, nccl_version=nccl_version)
-    rows = nccl_tests_table(topo, gpus, op, sizes, algorithm, options, source=source, explain=explain,
-                            gpus_per_thread=gpus_per_thread)
+    try:
+        rows = nccl_tests_table(topo, gpus, op, sizes, algorithm, options, source=source, explain=explain,
+                                gpus_per_thread=gpus_per_thread)
+    except NcclSettingError as err:
+        raise UserInputError(err.message, field="--" + err.option.replace("_", "-")) from None
     nccl = algorithm == "nccl"
     return NcclTestsResult(topo.name, gpus, op, algorithm, era.name if nccl else None, era.tag if nccl else None,
                            tuple(rows), explain)

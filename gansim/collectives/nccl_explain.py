@@ -34,6 +34,7 @@ from gansim.collectives.nccl_tuning import (
     LL128,
     PROTOCOLS,
     algo_time_us,
+    candidates,
     nccl_proto,
     nvls_channels,
     pipeline_fill_us,
@@ -41,7 +42,6 @@ from gansim.collectives.nccl_tuning import (
     plugin_protocol,
     proxy_serial_us,
 )
-from gansim.core.nccl_env import ALGORITHM, PROTOCOL, applies, enabled
 from gansim.network.cluster import Cluster
 from gansim.network.flows import max_min_rates
 
@@ -115,6 +115,8 @@ class Explanation:
     # NCCL_PROTO=Simple"); None: NCCL chose among all
     settings: str | None = None
     fell_back: bool = False  # nothing the settings allow was available: NCCL's fallback, the ring
+    # how the release does not apply NCCL_ALGO as written here (nccl_tuning.Candidates); None: it does
+    overruled: str | None = None
     ll128_by_listing: bool = False  # LL128 runs because NCCL_PROTO lists it; NCCL leaves it off here else
 
     @property
@@ -162,8 +164,12 @@ class Explanation:
         if self.settings is not None:
             named = self.settings.replace(" ", " and ")
             verb = "allow" if " " in self.settings else "allows"
-            parts.append(f"nothing {named} {verb} runs here: NCCL's fallback, the ring" if self.fell_back
-                         else f"chosen among what {named} {verb}")
+            if self.fell_back:
+                parts.append(f"nothing {named} {verb} runs here: NCCL's fallback, the ring")
+            elif self.overruled is not None:
+                parts.append(self.overruled)
+            else:
+                parts.append(f"chosen among what {named} {verb}")
         if self.ll128_by_listing:
             parts.append("LL128 because NCCL_PROTO names it: NCCL leaves it off on this machine by default")
         loss = self.runner_up_loss
@@ -193,6 +199,7 @@ class Explanation:
             "plugin_protocol": self.plugin_protocol,
             "settings": self.settings,
             "fell_back": self.fell_back,
+            "overruled": self.overruled,
             "ll128_by_listing": self.ll128_by_listing,
             "staged_in_host": self.staged_in_host,
             "channels": self.channels,
@@ -232,7 +239,8 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     entry = state.tuning.entry(coll, choice.algorithm, choice.protocol, choice.listed)
     settings = " ".join(f"{name}={value}" for name, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto))
                         if value is not None) or None
-    allowed = _allowed(coll, choice.algorithm, choice.protocol, algo, nccl_proto(state.tuning, proto))
+    allowed = candidates(state.tuning, coll, algo, nccl_proto(state.tuning, proto))
+    fell_back = allowed.fell_back
     return Explanation(
         chosen=Contender(choice.algorithm, choice.protocol, choice.model_time_us),
         runner_up=runner_up(state, coll, float(nbytes), choice.algorithm, choice.protocol, algo, proto),
@@ -246,31 +254,24 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
         drain_us=pipeline_fill_us(state.tuning, coll, choice.algorithm, float(nbytes), entry.bandwidth_GBps),
         chosen_by=state.tuning.era.choice,
         plugin_protocol=None if proto is not None else plugin_protocol(state.tuning),
-        settings=settings, fell_back=not allowed,
-        ll128_by_listing=choice.listed and (coll, choice.algorithm, choice.protocol) in state.tuning.ll128_when_listed,
+        settings=settings, fell_back=fell_back, overruled=allowed.overruled,
+        ll128_by_listing=choice.listed and not fell_back and (
+            coll, choice.algorithm, choice.protocol) in state.tuning.ll128_when_listed,
     )
-
-
-def _allowed(coll: str, algorithm: str, protocol: str, algo: str | None, proto: str | None) -> bool:
-    """Whether NCCL_ALGO `algo` and NCCL_PROTO `proto` (None: any) allow the pair for `coll`."""
-    return algorithm in enabled(ALGORITHM, algo, coll) and protocol in enabled(PROTOCOL, proto, coll)
 
 
 def runner_up(state: NcclState, coll: str, nbytes: float, chosen_algo: str, chosen_proto: str,
               algo: str | None = None, proto: str | None = None) -> Contender | None:
     """The fastest (algorithm, protocol) by NCCL's model after the chosen one, among those
-    NCCL_ALGO / NCCL_PROTO allow (where nothing forced was available, NCCL fell back to the
-    ring with any protocol, and so does this)."""
-    proto = nccl_proto(state.tuning, proto)
-    if not _allowed(coll, chosen_algo, chosen_proto, algo, proto):
-        algo, proto = "ring", nccl_proto(state.tuning, None)  # choose()'s fallback
-    listed = applies(PROTOCOL, proto, coll)
+    NCCL chooses from under NCCL_ALGO / NCCL_PROTO (nccl_tuning.candidates: the ring it falls
+    back to where they leave nothing)."""
+    allowed = candidates(state.tuning, coll, algo, nccl_proto(state.tuning, proto))
     best: Contender | None = None
     for a in ALGORITHMS:
         for p in PROTOCOLS:
-            if (a, p) == (chosen_algo, chosen_proto) or not _allowed(coll, a, p, algo, proto):
+            if (a, p) == (chosen_algo, chosen_proto) or a not in allowed.algorithms or p not in allowed.protocols:
                 continue
-            t = algo_time_us(state.tuning, coll, a, p, nbytes, listed)
+            t = algo_time_us(state.tuning, coll, a, p, nbytes, allowed.listed)
             if t is not None and t >= 0 and (best is None or t < best.model_time_us):
                 best = Contender(a, p, t)
     return best

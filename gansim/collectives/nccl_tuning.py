@@ -23,7 +23,8 @@ from functools import lru_cache
 
 from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PIX, PATH_PXB, PATH_PXN, Graph, NcclMachine
 from gansim.collectives.nccl_versions import AMPERE, NEWEST, NcclEra, arch_row, table_row
-from gansim.core.nccl_env import ALGORITHM, PROTOCOL, applies, enabled
+from gansim.core.errors import UserInputError
+from gansim.core.nccl_env import ALGORITHM, PROTOCOL, applies, enabled, per_collective
 
 ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -424,27 +425,97 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
     runs where NCCL's hardware rule would leave it off, as in tuning.cc."""
     if tuning.era.choice == "thresholds":
         return _choose_by_thresholds(tuning, coll, nbytes, algo, proto)
-    proto = nccl_proto(tuning, proto)
-    algos, protos = enabled(ALGORITHM, algo, coll), enabled(PROTOCOL, proto, coll)
-    listed = applies(PROTOCOL, proto, coll)
+    allowed = candidates(tuning, coll, algo, nccl_proto(tuning, proto))
     best: tuple[float, str, str] | None = None
     for a in ALGORITHMS:
-        if a not in algos:
-            continue
         for p in PROTOCOLS:
-            if p not in protos:
-                continue
-            t = algo_time_us(tuning, coll, a, p, nbytes, listed)
-            if t is not None and t >= 0 and (best is None or t < best[0]):
-                best = (t, a, p)
+            if a in allowed.algorithms and p in allowed.protocols:
+                t = algo_time_us(tuning, coll, a, p, nbytes, allowed.listed)
+                if t is not None and t >= 0 and (best is None or t < best[0]):
+                    best = (t, a, p)
     if best is None:
-        # tuning.cc: with nothing left, NCCL falls back to the ring (its "backup")
-        if algo not in (None, "ring") or proto is not None:
-            return choose(tuning, coll, nbytes, "ring", None)
-        raise ValueError(f"no NCCL algorithm available for {coll}")
+        raise NoNcclChoice(tuning, coll, algo, nccl_proto(tuning, proto))
     time, a, p = best
     nc, nt = channels_for(tuning, a, p, nbytes)
-    return Choice(a, p, time, nc, nt, listed)
+    return Choice(a, p, time, nc, nt, allowed.listed)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What NCCL chooses among for one collective under NCCL_ALGO / NCCL_PROTO."""
+
+    algorithms: frozenset[str]
+    protocols: frozenset[str]
+    listed: bool  # LL128 follows NCCL_PROTO's list, not NCCL's hardware rule (Tuning.entry)
+    fell_back: bool  # the settings left nothing, and NCCL runs the ring (NcclEra.ring_backup)
+    # where the release does not apply NCCL_ALGO as written here, how (for --explain)
+    overruled: str | None = None
+
+
+def candidates(tuning: Tuning, coll: str, algo: str | None, proto: str | None) -> Candidates:
+    """The algorithms and protocols NCCL_ALGO `algo` and NCCL_PROTO `proto` (the net plugin's
+    included) leave `coll` in the tuning's release (tuning.cc ncclTopoTuneModel; NcclEra's
+    algo_list_reach, ring_tree_again_when_none_of and ring_backup): where none of them is
+    available and the release falls back to the ring (2.19-2.23), the ring with the protocols
+    tuning.cc kept for it in comm->ringbdw: every one, LL128 as if listed (2.19-2.21), or the
+    allowed ones (2.22-2.23)."""
+    era = tuning.era
+    if era.first < (2, 24):
+        for kind, text, option in ((ALGORITHM, algo, "nccl_algo"), (PROTOCOL, proto, "nccl_proto")):
+            if per_collective(kind, text):
+                raise NcclSettingError(
+                    f"{'NCCL_ALGO' if kind == ALGORITHM else 'NCCL_PROTO'}={text} names a collective, which NCCL "
+                    f"{era.name} does not read (entries per collective came in 2.24; before, NCCL skips what "
+                    f"it does not know); allowed: one list for every collective, or NCCL 2.24 or later",
+                    option)
+    protos, listed = enabled(PROTOCOL, proto, coll), applies(PROTOCOL, proto, coll)
+    algos, overruled = frozenset(ALGORITHMS), None
+    if algo is not None:
+        algos = enabled(ALGORITHM, algo, coll)
+        if era.ring_tree_again_when_none_of:
+            # NVLS is off across machines and NVLS-Tree on one before the check (2.18 on)
+            off = "nvls" if tuning.machine.node_count > 1 else "nvls_tree"
+            if not (algos - {off}) & set(era.ring_tree_again_when_none_of):
+                algos = algos | {"ring", "tree"}
+                overruled = (f"NCCL {era.name} turns the ring and the tree on again when NCCL_ALGO leaves none "
+                             f"of {', '.join(era.ring_tree_again_when_none_of)}")
+        if coll != "all_reduce" and era.algo_list_reach == "all_reduce":
+            algos, overruled = frozenset(ALGORITHMS), f"NCCL {era.name} applies NCCL_ALGO to all-reduce only"
+        elif coll != "all_reduce" and era.algo_list_reach == "all_but_ring" and "ring" not in algos:
+            algos, overruled = algos | {"ring"}, f"NCCL {era.name} never takes the ring from {coll}"
+    regular = Candidates(algos, protos, listed, False, overruled)
+    backup = era.ring_backup
+    if backup is None or any(tuning.entry(coll, a, p, listed).bandwidth_GBps > 0 for a in algos for p in protos):
+        return regular
+    if backup == "any_protocol":
+        return Candidates(frozenset({"ring"}), frozenset(PROTOCOLS), True, True)
+    return Candidates(frozenset({"ring"}), protos, listed, True)
+
+
+class NcclSettingError(UserInputError):
+    """NCCL_ALGO / NCCL_PROTO that the run's NCCL release cannot run as given. `option`: the
+    training option that holds the setting to change (nccl_algo or nccl_proto), for the
+    caller to name it as its user gave it."""
+
+    def __init__(self, message: str, option: str):
+        self.option = option
+        super().__init__(message)
+
+
+class NoNcclChoice(NcclSettingError):
+    """NCCL_ALGO / NCCL_PROTO leave a collective no algorithm and protocol NCCL can run: NCCL
+    stops ("Error : no algorithm/protocol available", enqueue.cc topoGetAlgoInfo)."""
+
+    def __init__(self, tuning: Tuning, coll: str, algo: str | None, proto: str | None):
+        settings = " and ".join(f"{name}={value}" for name, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto))
+                                if value is not None)
+        available = [f"{a}/{p}" for a in ALGORITHMS for p in PROTOCOLS
+                     if algo_time_us(tuning, coll, a, p, 1 << 20) is not None]
+        super().__init__(f"{settings} leave{'s' if ' and ' not in settings else ''} {coll} no algorithm and "
+                         f"protocol NCCL {tuning.era.name} can run here, and NCCL stops (\"no algorithm/protocol "
+                         f"available\"); allowed: settings that keep one of {', '.join(available) or 'none'}"
+                         + (" (from 2.24 an entry may name its collective: ^nvls;allreduce:tree)"
+                            if tuning.era.first >= (2, 24) else ""), "nccl_algo" if algo is not None else "nccl_proto")
 
 
 # NCCL 2.4 (v2.4.8-1): src/include/enqueue.h, devcomm.h and rings.h

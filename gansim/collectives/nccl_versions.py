@@ -180,6 +180,21 @@ class NcclEra:
     # how the algorithm and protocol are chosen: "model" (tuning.cc's fastest, 2.5 on) or
     # "thresholds" (2.4: a tree threshold and an LL threshold, nccl_tuning._choose_by_thresholds)
     choice: str = "model"
+    # which collectives NCCL_ALGO's list restricts (tuning.cc, where it zeroes bandwidths):
+    # "all" (2.5-2.6, 2.19 on), "all_reduce" (2.7-2.16: "Only disable algo for Allreduce since
+    # others only have one") or "all_but_ring" (2.17-2.18: "Never disable ring for
+    # non-allreduce operations. That allows to run real apps with NCCL_ALGO=TREE")
+    algo_list_reach: str = "all"
+    # 2.8-2.23 ("If user has hard set NCCL_ALGO=COLLNET, ignore it"): where the list leaves
+    # none of these on (NVLS is off across machines and NVLS-Tree on one machine first, from
+    # 2.18), NCCL turns the ring and the tree on again; (): never
+    ring_tree_again_when_none_of: tuple[str, ...] = ()
+    # 2.19-2.23: a collective the settings leave without any algorithm runs the ring (tuning.cc
+    # "at least set ring algo available", from comm->ringbdw): "any_protocol" (2.19-2.21, whose
+    # ringbdw kept every protocol: "the fallback-to-ring code was re-enabling all protocols",
+    # NVIDIA/nccl#1304) or "allowed_protocols" (2.22-2.23). None: NCCL stops with "no
+    # algorithm/protocol available" (enqueue.cc topoGetAlgoInfo)
+    ring_backup: str | None = None
 
     @property
     def name(self) -> str:
@@ -224,7 +239,8 @@ ERA_2_12 = NcclEra(
     nvls_tree_first_chunk=512 * 1024, nvls_tree_many_nodes_chunk=None, nvls_channels_sm100=16,
     plugin_latency_adds=False, ll_ring_single_node_other_factor=1.0 / 3.0, pat_factor=None, pat_min_capability=0,
     tree_pattern_tree_factor=None, dup_channels="2.7", hopper_doubling=None,
-    speeds=_speeds((_INTRA_2_10, _INTER_2_10)))
+    speeds=_speeds((_INTRA_2_10, _INTER_2_10)), algo_list_reach="all_reduce",
+    ring_tree_again_when_none_of=("ring", "tree"))
 # v2.10.3-1 (and v2.11.4-1, the same figures): 2.12's but for the network ring Simple latency
 # (9.6 us; 28 in 2.12), the ring's network steps (2 (nNodes - 1); 2 nNodes in 2.12) and a net
 # plugin's latency, which NCCL read from 2.12 on
@@ -248,7 +264,7 @@ ERA_2_7 = replace(ERA_2_8, first=(2, 7), tag="v2.7.8-1",
                   tree_total_cap_ampere_ll128=(2, 130.0, 105.0),
                   ll128_cap_by_collective={**ERA_2_8.ll128_cap_by_collective, "all_reduce": 16.7},
                   tree_ll128_cap_scale=7.0 / 9.0, tree_correction=TREE_CORRECTION_2_7,
-                  speeds=_speeds((_ONE_2_7, _ONE_2_7)))
+                  speeds=_speeds((_ONE_2_7, _ONE_2_7)), ring_tree_again_when_none_of=())
 # v2.6.4-1: the first model's figures: ring LL128 base 3.6 us, every ring step across nodes at
 # the network hop, LL128 capped for all channels (ll128MaxBw) and only on Volta over NVLink,
 # the tree at .9 under 110 / 80 GB/s with LL at 1/3, no Ampere cap, no plateau
@@ -264,7 +280,7 @@ ERA_2_6 = replace(
     ll128_cap_per_channel=False, tree_total_cap_ampere_ll128=None, tree_ll_divisor=3.0,
     tree_ll128_multi_node_factor=7.0 / 9.0, tree_ll128_cap_scale=None, ring_net_every_step=True,
     multi_node_ll_intra_factor=1.0, plateau=None, ll128_capabilities=frozenset({70}), ll128_inter_path="pix",
-    tree_correction=TREE_CORRECTION_2_5, speeds=_speeds((_ONE_2_6, _ONE_2_6)))
+    tree_correction=TREE_CORRECTION_2_5, speeds=_speeds((_ONE_2_6, _ONE_2_6)), algo_list_reach="all")
 # v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
@@ -288,7 +304,7 @@ ERA_2_17 = replace(ERA_2_16, first=(2, 17), tag="v2.17.1-1",
                    per_ch_tree_ll128=((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
                    per_ch_tree=ERA_2_15.per_ch_tree[:2] + ((38.7, 41.4, 33.0),),
                    arch_rule="at_least", bus_caps={AMPERE: 235.0, HOPPER: 370.0}, nvls="ring_graph",
-                   ll128_pxn_from_hopper=True)
+                   ll128_pxn_from_hopper=True, algo_list_reach="all_but_ring")
 # v2.18.3-1: NVLS-Tree, new base latencies, tree Simple 4 / 6 / 14 us, getNetOverhead, the
 # ring plateau by generation, LL128 inside NVB paths, no more LL x1.8 across nodes
 ERA_2_18 = replace(
@@ -304,7 +320,8 @@ ERA_2_18 = replace(
     bus_caps={}, multi_node_ll_intra_factor=1.0, net_overhead=True, plugin_latency_adds=True, plateau="by_generation",
     tree_pattern_tree_factor=0.85, dup_channels="2.18", hopper_doubling=(90, 90, 16), nvls="five_sixths",
     nvls_tree=True, nvls_tree_ratio_2_18=True, ll128_intra_path="nvb",
-    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_18)))
+    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_18)),
+    ring_tree_again_when_none_of=("ring", "tree", "nvls", "nvls_tree"))
 # (2.18's NVLS-Tree chunks start from the Simple stepSize, 512 KiB, with no cap by node count)
 # v2.19.3-1: NVLS latency moves from base (0) to the NVLink hop (23 us); tree Simple back to 28 us
 ERA_2_19 = replace(
@@ -316,7 +333,7 @@ ERA_2_19 = replace(
                 "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
                         "nvls_tree": (0.0, 0.0, 14.0)}},
     nvls_tree_ratio_2_18=False, nvls_tree_many_nodes_chunk=64 * 1024,
-    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_19)))
+    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_19)), algo_list_reach="all", ring_backup="any_protocol")
 # v2.20.5-1 connect.cc: the channels doubled again across machines only below 16 of them
 ERA_2_20 = replace(ERA_2_19, first=(2, 20), tag="v2.20.5-1", hopper_doubling=(90, 90, 15))
 # v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us
@@ -326,17 +343,22 @@ ERA_2_21 = replace(
     ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5,
     ll_ring_single_node_other_factor=None, nvls_tree_first_chunk=128 * 1024,
     speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21)))
+# v2.22.3-1: 2.21's figures; the ring a collective falls back to keeps only the protocols
+# allowed ("if (a == NCCL_ALGO_RING && pEnable == 0) comm->ringbdw[c][p] = 0", NVIDIA/nccl#1304)
+ERA_2_22 = replace(ERA_2_21, first=(2, 22), tag="v2.22.3-1", ring_backup="allowed_protocols")
 # v2.23.4-1: tree Simple 4 / 4 / 14 us with a base of 8.4, ring inter steps 2 (nNodes - 1),
 # one GPU per node takes the tree's network latency, no LL128 ppn discount
 ERA_2_23 = replace(
-    ERA_2_21, first=(2, 23), tag="v2.23.4-1",
+    ERA_2_22, first=(2, 23), tag="v2.23.4-1",
     base_latency={**ERA_2_21.base_latency, "tree": (6.8, 14.0, 8.4)},
     hw_latency=_hw(ERA_2_21.hw_latency, nvlink={"tree": (0.6, 1.25, 4.0)}, pci={"tree": (1.0, 1.9, 4.0)},
                    net={"tree": (5.0, 8.5, 14.0)}),
     ll128_ring_one_gpu_per_node_factor=0.92, inter_steps_all_nodes=False, one_gpu_per_node_tree_net_latency=True,
     pat_factor=0.85)
-# v2.24.3-1: PAT at .75 of the tree graph's bandwidth
-ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75)
+# v2.24.3-1: PAT at .75 of the tree graph's bandwidth; NCCL_ALGO / NCCL_PROTO per collective,
+# and no fallback: settings that leave a collective nothing stop NCCL
+ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75, ring_tree_again_when_none_of=(),
+                   ring_backup=None)
 # v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100), its channels doubled across machines too
 ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32,
                    hopper_doubling=NEWEST_HOPPER_DOUBLING,  # connect.cc "minCompCap >= 90" (was == 90)
@@ -365,7 +387,7 @@ ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
                    speeds=None)  # NcclMachine's own, the newest
 
 ERAS = (ERA_2_4, ERA_2_5, ERA_2_6, ERA_2_7, ERA_2_8, ERA_2_10, ERA_2_12, ERA_2_14, ERA_2_15, ERA_2_16, ERA_2_17,
-        ERA_2_18, ERA_2_19, ERA_2_20, ERA_2_21, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28,
+        ERA_2_18, ERA_2_19, ERA_2_20, ERA_2_21, ERA_2_22, ERA_2_23, ERA_2_24, ERA_2_25, ERA_2_26, ERA_2_27, ERA_2_28,
         ERA_2_29, ERA_2_30)
 NEWEST = ERA_2_30
 

@@ -105,6 +105,12 @@ def applies(kind: str, text: str | None, collective: str) -> bool:
     return text is not None and any(c is None or c == collective for c, _, _ in _entries(kind, text))
 
 
+def per_collective(kind: str, text: str | None) -> bool:
+    """Whether a setting has an entry for one collective (`allreduce:tree`), which NCCL reads
+    from 2.24 on only: before, parseList splits on commas alone and skips what it does not know."""
+    return text is not None and any(c is not None for c, _, _ in _entries(kind, text))
+
+
 def without(kind: str, text: str | None, removed: tuple[str, ...]) -> str:
     """A setting that enables what `text` does but none of `removed` (NCCL_NVLS_ENABLE=0
     takes NVLS and NVLS-Tree from whatever NCCL_ALGO allows)."""

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from gansim.collectives.nccl_tuning import NcclSettingError
 from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
@@ -223,9 +224,13 @@ def compare(published: PublishedFile) -> list[PointComparison]:
     topology = published.topology()
     rows = []
     for m in spec.measurements:
-        predicted = nccl_tests_table(topology, spec.gpus, m.op, [size for size, *_ in m.points],
-                                     options=published.options(), source=published.path,
-                                     gpus_per_thread=spec.gpus_per_thread)
+        try:
+            predicted = nccl_tests_table(topology, spec.gpus, m.op, [size for size, *_ in m.points],
+                                         options=published.options(), source=published.path,
+                                         gpus_per_thread=spec.gpus_per_thread)
+        except NcclSettingError as err:
+            variable = "NCCL_ALGO" if err.option == "nccl_algo" else "NCCL_PROTO"
+            raise UserInputError(err.message, source=published.path, field=f"env.{variable}") from None
         for (size, _time, _algbw, busbw), p in zip(m.points, predicted):
             rows.append(PointComparison(spec.name, m.op, size, busbw, p.busbw_GBps, p.time_us, p.algorithm,
                                         p.protocol, p.channels))

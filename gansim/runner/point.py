@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from gansim.collectives.nccl_tuning import NcclSettingError
 from gansim.core.config import Scenario
+from gansim.core.errors import UserInputError
 from gansim.network.cluster import Cluster
 from gansim.runner.record import Memory, RunRecord, analyze
 from gansim.runner.scenario import LoadedScenario
@@ -116,8 +118,11 @@ def simulate_point(s: Scenario, topology: Topology, gpus: int, algorithm: str, *
         tflops = [topo.nodes[n].tflops for n in topo.ranks[:gpus]]
         device = None if any(t is None for t in tflops) else min(tflops)  # type: ignore[type-var]
         phases = workload.phases(batch, device, s.options, source=source)
-    timeline = simulate(make_cluster, workload, phases, point, s.options.gamma_s_per_byte,
-                        keep_transfers=keep_transfers)
+    try:
+        timeline = simulate(make_cluster, workload, phases, point, s.options.gamma_s_per_byte,
+                            keep_transfers=keep_transfers)
+    except NcclSettingError as err:
+        raise UserInputError(err.message, source=source, field=f"options.{err.option}") from None
     if on_timeline is not None:
         on_timeline(timeline)
     return RunRecord(gpus=gpus, algorithm=algorithm, cost_model=s.cost_model, topology=topo.name,
