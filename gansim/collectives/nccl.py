@@ -56,6 +56,7 @@ from gansim.collectives.nccl_tuning import (
 from gansim.core.arrays import content_key, ragged, unique_inverse, unique_pairs
 from gansim.network.cluster import Cluster
 from gansim.network.engine import COMMUNICATION, DELAY, FLOW, SYNC, TaskGraph
+from gansim.topology.graph import Topology
 
 NCCL = "nccl"
 # device.h: "union ncclLLFifoLine" holds data1, flag1, data2, flag2 (4 bytes each): 8 of every
@@ -72,6 +73,19 @@ class NcclState:
     plans: dict[tuple, "Plan"] = field(default_factory=dict)
     # per plan (its id): the cluster its flows' routes were added to, and their ids
     routes: dict[int, tuple[Cluster, np.ndarray]] = field(default_factory=dict)
+
+
+def check_settings(topology: Topology, ranks: int, collectives: tuple[str, ...], algo: str | None, proto: str | None,
+                   nccl_version: str | None = None, single_process: bool = False) -> None:
+    """NcclSettingError where NCCL_ALGO `algo` / NCCL_PROTO `proto` leave one of `collectives`
+    on the first `ranks` ranks nothing NCCL runs (what is available does not depend on the
+    size): found before a run, as it would be at its first such collective."""
+    if algo is None and proto is None:
+        return
+    era = era_for(nccl_version or topology.nccl_version)
+    tuning = tune(NcclMachine.build(topology, ranks, **era.search_rules()), era, single_process)
+    for coll in collectives:
+        choose(tuning, coll, 1 << 20, algo, proto)
 
 
 def nccl_state(cluster: Cluster, nccl_version: str | None = None, single_process: bool = False) -> NcclState:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gansim.collectives.communicator import COST_MODELS, EQUAL_GROUP_ALGORITHMS, machine_groups
+from gansim.collectives.nccl import NCCL, check_settings
+from gansim.collectives.nccl_tuning import NcclSettingError
 from gansim.collectives.schedules import ALGORITHMS
 from gansim.core import limits
 from gansim.core.config import Scenario, parse
@@ -119,7 +121,29 @@ def validate_references(loaded: LoadedScenario) -> None:
         for algorithm in set(scenario.algorithms) & set(EQUAL_GROUP_ALGORITHMS):
             for gpus in scenario.gpus:
                 machine_groups(topo, gpus, algorithm, source=src, field="gpus")
-        scenario_workload(scenario, source=src)
+        workload = scenario_workload(scenario, source=src)
+        if NCCL in scenario.algorithms:
+            _check_nccl_settings(loaded, scenario, overrides, workload)
+
+
+def _check_nccl_settings(loaded: LoadedScenario, scenario: Scenario, overrides: dict[str, Any],
+                         workload: Any) -> None:
+    """NCCL_ALGO / NCCL_PROTO (options.nccl_algo, nccl_proto) that leave one of the step's
+    collectives nothing NCCL runs, on any GPU count: refused before simulating, as NCCL
+    would refuse them at that collective (nccl_tuning.candidates)."""
+    opts = scenario.options
+    buffers = getattr(workload, "d_buffer_bytes", 0) + getattr(workload, "g_buffer_bytes", 0)
+    collectives = ("all_reduce", "broadcast") if opts.broadcast_buffers and buffers > 0 else ("all_reduce",)
+    for gpus in scenario.gpus:
+        if gpus < 2:
+            continue
+        try:
+            check_settings(loaded.topology(scenario, ranks=gpus), gpus, collectives, opts.nccl_algo, opts.nccl_proto,
+                           opts.nccl_version, opts.nccl_single_process)
+        except NcclSettingError as err:
+            where = "".join(f", with {axis} {value}" for axis, value in overrides.items())
+            raise UserInputError(f"{err.message} (at {gpus} GPUs{where})", source=loaded.source,
+                                 field=f"options.{err.option}") from None
 
 
 def planned_runs(s: Scenario) -> int:
