@@ -178,3 +178,19 @@ def test_entries_per_collective_need_2_24(capsys):
     err = run_bad(capsys, ["nccl-tests", "dgx-a100", "-g", "8", "--nccl-version", "2.21",
                            "--nccl-algo", "^nvls;allreduce:tree"])
     assert err.startswith("gansim: error: --nccl-algo: NCCL_ALGO=^nvls;all_reduce:tree names a collective")
+
+
+def test_a_sweep_checks_each_machine_and_setting_once(tmp_path: Path, monkeypatch):
+    """Each check builds NCCL's view of a machine: sweep combinations that change nothing NCCL
+    sees share it."""
+    import gansim.runner.scenario as scenario_module
+    from gansim.runner.scenario import read_scenario
+
+    calls = []
+    real = scenario_module.check_settings
+    monkeypatch.setattr(scenario_module, "check_settings", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SCENARIO.format(version="2.21").replace("gpus: [8]", "gpus: [1, 4, 8]")
+                    + "sweep:\n  steps: [2, 4, 6]\n")
+    read_scenario(str(path))
+    assert calls == [4, 8]  # not for 1 GPU, and once for the three combinations

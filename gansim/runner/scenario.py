@@ -103,6 +103,7 @@ def validate_references(loaded: LoadedScenario) -> None:
         loaded.topology(s)
     if "workload" in s.sweep:
         scenario_workload(s, source=src)
+    nccl_checked: dict[tuple, Topology] = {}
     for overrides, scenario in loaded.combinations():
         COST_MODELS.get(scenario.cost_model, source=src,
                         field="sweep.cost_model" if "cost_model" in overrides else "cost_model")
@@ -123,22 +124,28 @@ def validate_references(loaded: LoadedScenario) -> None:
                 machine_groups(topo, gpus, algorithm, source=src, field="gpus")
         workload = scenario_workload(scenario, source=src)
         if NCCL in scenario.algorithms:
-            _check_nccl_settings(loaded, scenario, overrides, workload)
+            _check_nccl_settings(loaded, scenario, overrides, workload, nccl_checked)
 
 
 def _check_nccl_settings(loaded: LoadedScenario, scenario: Scenario, overrides: dict[str, Any],
-                         workload: Any) -> None:
+                         workload: Any, checked: dict[tuple, Topology]) -> None:
     """NCCL_ALGO / NCCL_PROTO (options.nccl_algo, nccl_proto) that leave one of the step's
     collectives nothing NCCL runs, on any GPU count: refused before simulating, as NCCL
-    would refuse them at that collective (nccl_tuning.candidates)."""
+    would refuse them at that collective (nccl_tuning.candidates). `checked`: the cases
+    already checked for earlier sweep combinations (each is one NCCL machine to build),
+    holding their topologies so that no other takes the same id."""
     opts = scenario.options
     buffers = getattr(workload, "d_buffer_bytes", 0) + getattr(workload, "g_buffer_bytes", 0)
     collectives = ("all_reduce", "broadcast") if opts.broadcast_buffers and buffers > 0 else ("all_reduce",)
     for gpus in scenario.gpus:
-        if gpus < 2:
+        topology = loaded.topology(scenario, ranks=gpus)
+        case = (id(topology), gpus, collectives, opts.nccl_algo, opts.nccl_proto, opts.nccl_version,
+                opts.nccl_single_process)
+        if gpus < 2 or case in checked:
             continue
+        checked[case] = topology
         try:
-            check_settings(loaded.topology(scenario, ranks=gpus), gpus, collectives, opts.nccl_algo, opts.nccl_proto,
+            check_settings(topology, gpus, collectives, opts.nccl_algo, opts.nccl_proto,
                            opts.nccl_version, opts.nccl_single_process)
         except NcclSettingError as err:
             where = "".join(f", with {axis} {value}" for axis, value in overrides.items())
