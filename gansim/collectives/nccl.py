@@ -82,8 +82,7 @@ def check_settings(topology: Topology, ranks: int, collectives: tuple[str, ...],
     size): found before a run, as it would be at its first such collective."""
     if algo is None and proto is None:
         return
-    era = era_for(nccl_version or topology.nccl_version)
-    tuning = tune(NcclMachine.build(topology, ranks, **era.search_rules()), era, single_process)
+    tuning = machine_tuning(topology, ranks, nccl_version, single_process)
     for coll in collectives:
         choose(tuning, coll, 1 << 20, algo, proto)
 
@@ -92,9 +91,16 @@ def nccl_state(cluster: Cluster, nccl_version: str | None = None, single_process
     """NCCL's view of the run's machine, tuned as release `nccl_version` tunes it (None: the
     topology's own `nccl_version`, else the newest release the model follows), its
     communicators made by one process for all the GPUs with `single_process`."""
-    era = era_for(nccl_version or cluster.topology.nccl_version)
-    machine = NcclMachine.build(cluster.topology, cluster.ranks, **era.search_rules())
-    return NcclState(machine, tune(machine, era, single_process))
+    tuning = machine_tuning(cluster.topology, cluster.ranks, nccl_version, single_process)
+    return NcclState(tuning.machine, tuning)
+
+
+def machine_tuning(topology: Topology, ranks: int, nccl_version: str | None = None,
+                   single_process: bool = False) -> Tuning:
+    """NCCL's view of the first `ranks` ranks of `topology` and its tuning table, as release
+    `nccl_version` (None: the topology's, else the newest followed) makes them."""
+    era = era_for(nccl_version or topology.nccl_version)
+    return tune(NcclMachine.build(topology, ranks, **era.search_rules()), era, single_process)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from gansim.collectives.nccl_tuning import (
     plugin_protocol,
     proxy_serial_us,
 )
+from gansim.core.nccl_env import as_environment
 from gansim.network.cluster import Cluster
 from gansim.network.flows import max_min_rates
 
@@ -237,8 +238,7 @@ def explain(cluster: Cluster, state: NcclState, coll: str, nbytes: float, second
     comm = nvls_channels(state.tuning.era, machine) if nvls else machine.comm_channels
     heads = (machine.nvls.channels if machine.nvls else 1) if nvls else None
     entry = state.tuning.entry(coll, choice.algorithm, choice.protocol, choice.listed)
-    settings = " ".join(f"{name}={value}" for name, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto))
-                        if value is not None) or None
+    settings = " ".join(as_environment(algo, proto)) or None
     allowed = candidates(state.tuning, coll, algo, nccl_proto(state.tuning, proto))
     fell_back = allowed.fell_back
     return Explanation(

@@ -24,7 +24,7 @@ from functools import lru_cache
 from gansim.collectives.nccl_topology import PATH_NVB, PATH_NVL, PATH_PIX, PATH_PXB, PATH_PXN, Graph, NcclMachine
 from gansim.collectives.nccl_versions import AMPERE, NEWEST, NcclEra, arch_row, table_row
 from gansim.core.errors import UserInputError
-from gansim.core.nccl_env import ALGORITHM, PROTOCOL, applies, enabled, per_collective
+from gansim.core.nccl_env import ALGORITHM, OPTION, PROTOCOL, VARIABLE, applies, as_environment, enabled, per_collective
 
 ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -425,7 +425,8 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
     runs where NCCL's hardware rule would leave it off, as in tuning.cc."""
     if tuning.era.choice == "thresholds":
         return _choose_by_thresholds(tuning, coll, nbytes, algo, proto)
-    allowed = candidates(tuning, coll, algo, nccl_proto(tuning, proto))
+    proto = nccl_proto(tuning, proto)
+    allowed = candidates(tuning, coll, algo, proto)
     best: tuple[float, str, str] | None = None
     for a in ALGORITHMS:
         for p in PROTOCOLS:
@@ -434,7 +435,7 @@ def choose(tuning: Tuning, coll: str, nbytes: float, algo: str | None = None, pr
                 if t is not None and t >= 0 and (best is None or t < best[0]):
                     best = (t, a, p)
     if best is None:
-        raise NoNcclChoice(tuning, coll, algo, nccl_proto(tuning, proto))
+        raise NoNcclChoice(tuning, coll, algo, proto)
     time, a, p = best
     nc, nt = channels_for(tuning, a, p, nbytes)
     return Choice(a, p, time, nc, nt, allowed.listed)
@@ -461,13 +462,12 @@ def candidates(tuning: Tuning, coll: str, algo: str | None, proto: str | None) -
     allowed ones (2.22-2.23)."""
     era = tuning.era
     if era.first < (2, 24):
-        for kind, text, option in ((ALGORITHM, algo, "nccl_algo"), (PROTOCOL, proto, "nccl_proto")):
+        for kind, text in ((ALGORITHM, algo), (PROTOCOL, proto)):
             if per_collective(kind, text):
                 raise NcclSettingError(
-                    f"{'NCCL_ALGO' if kind == ALGORITHM else 'NCCL_PROTO'}={text} names a collective, which NCCL "
-                    f"{era.name} does not read (entries per collective came in 2.24; before, NCCL skips what "
-                    f"it does not know); allowed: one list for every collective, or NCCL 2.24 or later",
-                    option)
+                    f"{VARIABLE[kind]}={text} names a collective, which NCCL {era.name} does not read (entries "
+                    f"per collective came in 2.24; before, NCCL skips what it does not know); allowed: one list "
+                    f"for every collective, or NCCL 2.24 or later", kind)
     protos, listed = enabled(PROTOCOL, proto, coll), applies(PROTOCOL, proto, coll)
     algos, overruled = frozenset(ALGORITHMS), None
     if algo is not None:
@@ -493,12 +493,12 @@ def candidates(tuning: Tuning, coll: str, algo: str | None, proto: str | None) -
 
 
 class NcclSettingError(UserInputError):
-    """NCCL_ALGO / NCCL_PROTO that the run's NCCL release cannot run as given. `option`: the
-    training option that holds the setting to change (nccl_algo or nccl_proto), for the
-    caller to name it as its user gave it."""
+    """NCCL_ALGO / NCCL_PROTO that the run's NCCL release cannot run as given. `kind`: which
+    of the two to change; its `variable` (NCCL_ALGO) and training `option` (nccl_algo) are
+    for the caller to name it as its user gave it."""
 
-    def __init__(self, message: str, option: str):
-        self.option = option
+    def __init__(self, message: str, kind: str):
+        self.variable, self.option = VARIABLE[kind], OPTION[kind]
         super().__init__(message)
 
 
@@ -507,15 +507,14 @@ class NoNcclChoice(NcclSettingError):
     stops ("Error : no algorithm/protocol available", enqueue.cc topoGetAlgoInfo)."""
 
     def __init__(self, tuning: Tuning, coll: str, algo: str | None, proto: str | None):
-        settings = " and ".join(f"{name}={value}" for name, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto))
-                                if value is not None)
+        settings = as_environment(algo, proto)
         available = [f"{a}/{p}" for a in ALGORITHMS for p in PROTOCOLS
                      if algo_time_us(tuning, coll, a, p, 1 << 20) is not None]
-        super().__init__(f"{settings} leave{'s' if ' and ' not in settings else ''} {coll} no algorithm and "
+        super().__init__(f"{' and '.join(settings)} leave{'s' if len(settings) == 1 else ''} {coll} no algorithm and "
                          f"protocol NCCL {tuning.era.name} can run here, and NCCL stops (\"no algorithm/protocol "
                          f"available\"); allowed: settings that keep one of {', '.join(available) or 'none'}"
                          + (" (from 2.24 an entry may name its collective: ^nvls;allreduce:tree)"
-                            if tuning.era.first >= (2, 24) else ""), "nccl_algo" if algo is not None else "nccl_proto")
+                            if tuning.era.first >= (2, 24) else ""), ALGORITHM if algo is not None else PROTOCOL)
 
 
 # NCCL 2.4 (v2.4.8-1): src/include/enqueue.h, devcomm.h and rings.h

@@ -29,7 +29,9 @@ _NAMES = {
 _COLLECTIVES = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "all_gather", "all_gather": "all_gather",
                 "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter", "allreduce": "all_reduce",
                 "all_reduce": "all_reduce"}
-_VARIABLE = {ALGORITHM: "NCCL_ALGO", PROTOCOL: "NCCL_PROTO"}
+VARIABLE = {ALGORITHM: "NCCL_ALGO", PROTOCOL: "NCCL_PROTO"}
+# the training option (options.nccl_algo, --nccl-algo) that holds each
+OPTION = {ALGORITHM: "nccl_algo", PROTOCOL: "nccl_proto"}
 MAX_LENGTH = 200  # every name of every collective fits many times over
 
 
@@ -47,7 +49,7 @@ def _allowed_text(kind: str) -> str:
 def _entries(kind: str, text: str) -> tuple[tuple[str | None, bool, tuple[str, ...]], ...]:
     """(collective or None for all, exclusion?, names) per `;` entry; ValueError naming what
     is allowed for anything NCCL would refuse."""
-    what = _VARIABLE[kind]
+    what = VARIABLE[kind]
     if len(text) > MAX_LENGTH:
         raise ValueError(f"{what} of {len(text)} characters; allowed: at most {MAX_LENGTH}, {_allowed_text(kind)}")
     entries = []
@@ -103,6 +105,11 @@ def enabled(kind: str, text: str | None, collective: str) -> frozenset[str]:
 def applies(kind: str, text: str | None, collective: str) -> bool:
     """Whether a setting has an entry for `collective` (one without a prefix covers all)."""
     return text is not None and any(c is None or c == collective for c, _, _ in _entries(kind, text))
+
+
+def as_environment(algo: str | None, proto: str | None) -> list[str]:
+    """The settings given, as an environment sets them: ["NCCL_ALGO=ring,tree", "NCCL_PROTO=Simple"]."""
+    return [f"{VARIABLE[kind]}={text}" for kind, text in ((ALGORITHM, algo), (PROTOCOL, proto)) if text is not None]
 
 
 def per_collective(kind: str, text: str | None) -> bool:

@@ -229,8 +229,7 @@ def compare(published: PublishedFile) -> list[PointComparison]:
                                          options=published.options(), source=published.path,
                                          gpus_per_thread=spec.gpus_per_thread)
         except NcclSettingError as err:
-            variable = "NCCL_ALGO" if err.option == "nccl_algo" else "NCCL_PROTO"
-            raise UserInputError(err.message, source=published.path, field=f"env.{variable}") from None
+            raise UserInputError(err.message, source=published.path, field=f"env.{err.variable}") from None
         for (size, _time, _algbw, busbw), p in zip(m.points, predicted):
             rows.append(PointComparison(spec.name, m.op, size, busbw, p.busbw_GBps, p.time_us, p.algorithm,
                                         p.protocol, p.channels))
