@@ -5,6 +5,7 @@ and routes between them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import simpy
@@ -156,7 +157,7 @@ class Cluster:
         found = self._node_routes.get(key)
         if found is None and self._block_keys.size:  # made in a block (_new_pair_routes)?
             position = self.topology.node_index
-            made = int(self._node_pair_ids(np.array([position[src]]), np.array([position[dst]]))[0])
+            made = int(self._block_pair_ids(np.array([position[src]]), np.array([position[dst]]))[0])
             if made >= 0:
                 self._node_routes[key] = made
                 return made
@@ -253,17 +254,28 @@ class Cluster:
     def _node_pair_ids(self, na: np.ndarray, nb: np.ndarray) -> np.ndarray:
         """The route ids already made in a block between nodes na[i] and nb[i] (indices), or
         by node_route; -1 for the others."""
-        ids = np.full(na.size, -1, dtype=np.int64)
-        keys = na * len(self.topology.nodes) + nb
-        if self._block_keys.size:
-            where = np.minimum(np.searchsorted(self._block_keys, keys), self._block_keys.size - 1)
-            hit = self._block_keys[where] == keys
-            ids[hit] = self._block_ids[where[hit]]
+        ids = self._block_pair_ids(na, nb)
         if self._node_routes:
-            names = list(self.topology.nodes)
+            names = self._node_names
             for i in np.flatnonzero(ids < 0).tolist():
                 ids[i] = self._node_routes.get((names[na[i]], names[nb[i]]), -1)
         return ids
+
+    def _block_pair_ids(self, na: np.ndarray, nb: np.ndarray) -> np.ndarray:
+        """The route ids made in a block (_new_pair_routes) between nodes na[i] and nb[i]; -1
+        for the others."""
+        ids = np.full(na.size, -1, dtype=np.int64)
+        if self._block_keys.size:
+            keys = na * len(self.topology.nodes) + nb
+            where = np.minimum(np.searchsorted(self._block_keys, keys), self._block_keys.size - 1)
+            hit = self._block_keys[where] == keys
+            ids[hit] = self._block_ids[where[hit]]
+        return ids
+
+    @cached_property
+    def _node_names(self) -> list[str]:
+        """The topology's node names by index (Topology.node_index's order)."""
+        return list(self.topology.nodes)
 
     def _remember_node_pairs(self, na: np.ndarray, nb: np.ndarray, ids: np.ndarray) -> None:
         keys = np.concatenate([self._block_keys, na * len(self.topology.nodes) + nb])
