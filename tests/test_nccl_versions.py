@@ -15,6 +15,7 @@ from gansim.core.errors import UserInputError
 from gansim.prediction.nccl_tests_table import nccl_tests_table
 from gansim.runner.collective import collective_times
 from gansim.topology.graph import load_topology, topology_from_dict
+from tests.cli_checks import run_bad
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 H100 = {"gpu_model": "H100-SXM5-80GB", "gpu_tflops": 67.0, "gpu_memory_GB": 80, "nvlink_bandwidth_GBps": 450.0,
@@ -392,3 +393,38 @@ def test_connect_cc_doubles_fast_rings_across_machines_as_each_release_does(vers
     machine.__dict__["ring"] = Graph("ring", 7, 48.0, 48.0, 1, 4)  # 14 channels: below 16 in every release
     assert machine.comm_channels == (14 if era.hopper_doubling is None or not (
         era.hopper_doubling[0] <= capability <= era.hopper_doubling[1]) else 28)
+
+
+def _crowded_box(tmp_path, gpus: int):
+    """One PCIe machine of `gpus` GPUs (a topology file, for the command line too)."""
+    path = tmp_path / "crowded.yaml"
+    path.write_text(f"name: crowded\ngenerator: pcie_tree\nparams: {{gpus: {gpus}}}\n")
+    return path
+
+
+@pytest.mark.parametrize("version, most", [("2.5.7", 256), ("2.26.2", 256), ("2.27.3", 576), ("2.28.9", 576),
+                                           ("2.29.7", 640), (None, 640)])
+def test_a_machine_holds_as_many_gpus_as_the_releases_topology_does(tmp_path, version, most):
+    """include/graph.h NCCL_TOPO_MAX_NODES at each tag (256 from v2.5.7-1 to v2.26.2-1, 576 in
+    v2.27.3-1 and v2.28, 640 from v2.29.7-1): ncclTopoCreateNode fails on the one GPU more, so
+    NCCL does not start; the largest machine it holds builds."""
+    topology = load_topology(str(_crowded_box(tmp_path, most + 1)))
+    rules = era_for(version).search_rules()
+    assert len(NcclMachine.build(topology, most, **rules).nodes[0]) == most
+    with pytest.raises(UserInputError, match=f"cannot run {most + 1} ranks on one machine .* at most {most} GPUs"):
+        NcclMachine.build(topology, most + 1, **rules)
+
+
+def test_nccl_2_4_had_no_topology_to_fill(tmp_path):
+    """v2.4.8-1 has no NCCL_TOPO_MAX_NODES (its rings came before the topology search)."""
+    topology = load_topology(str(_crowded_box(tmp_path, 257)))
+    assert len(NcclMachine.build(topology, 257, **era_for("2.4.8").search_rules()).nodes[0]) == 257
+
+
+def test_too_many_gpus_in_a_machine_is_one_line_naming_the_limit(tmp_path, capsys):
+    path = _crowded_box(tmp_path, 300)
+    err = run_bad(capsys, ["nccl-tests", str(path), "-g", "300", "-b", "1M", "-e", "1M", "--nccl-version", "2.21.5"])
+    assert err == (f"gansim: error: {path}: algorithms: the nccl algorithm cannot run 300 ranks on one machine (that "
+                   "of 'gpu0'): NCCL v2.21.5-1 keeps at most 256 GPUs of a machine in its topology (NCCL_TOPO_MAX_NODES, "
+                   "src/include/graph.h) and fails to start past it; allowed: at most 256 ranks a machine, or another "
+                   "algorithm")

@@ -158,6 +158,7 @@ def link_efficiency(kind: str, capability: int) -> float:
 # the newest release's other search rules (NcclMachine.dup_channels, .hopper_doubling)
 NEWEST_DUP_CHANNELS = "2.18"
 NEWEST_HOPPER_DOUBLING = (90, 1000, 15)
+NEWEST_MAX_GPUS = (640, "v2.30.7-1")  # NcclEra.topology_max_nodes, and the release's tag
 # per GPU generation, from the lowest compute capability (x 10) it covers: (intra, inter)
 SpeedTable = tuple[tuple[int, tuple[float, ...], tuple[float, ...]], ...]
 NEWEST_SPEEDS: SpeedTable = ((0, SPEED_ARRAY_INTRA, SPEED_ARRAY_INTER),
@@ -226,17 +227,27 @@ class NcclMachine:
     channel_hops: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     channel_loads: dict[tuple, list] = field(default_factory=dict, repr=False)  # _channel_loads' results
     _nic_bws: dict[tuple[int, str], float] = field(default_factory=dict, repr=False)
+    _first_links: dict[tuple[int, int], set[int]] = field(default_factory=dict, repr=False)  # _channel_bound's
 
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, topology: Topology, ranks: int, dup_channels: str = NEWEST_DUP_CHANNELS,
               hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING,
-              speeds: SpeedTable = NEWEST_SPEEDS) -> "NcclMachine":
+              speeds: SpeedTable = NEWEST_SPEEDS,
+              max_gpus: tuple[int | None, str] = NEWEST_MAX_GPUS) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of
         groups: dict[int, list[int]] = {}
         for r, node in enumerate(nodes_of):
             groups.setdefault(machine[node], []).append(r)
+        most, release = max_gpus
+        crowded = next((members for members in groups.values() if most is not None and len(members) > most), None)
+        if crowded is not None:
+            raise UserInputError(
+                f"the nccl algorithm cannot run {len(crowded)} ranks on one machine (that of {nodes_of[crowded[0]]!r}): "
+                f"NCCL {release} keeps at most {most} GPUs of a machine in its topology (NCCL_TOPO_MAX_NODES, "
+                f"src/include/graph.h) and fails to start past it; allowed: at most {most} ranks a machine, "
+                f"or another algorithm", source=topology.source, field="algorithms")
         ids = list(topology.nodes)
         rows = topology.rank_index[:ranks]
         not_gpu = np.flatnonzero(~topology.node_kind_codes.mask("gpu")[rows])
@@ -300,8 +311,12 @@ class NcclMachine:
     # ------------------------------------------------------------------ links and paths
     def nccl_bw(self, link: int) -> float:
         """NCCL's figure for a directed link, GB/s."""
-        kind = self.topology.link_kinds[link]
-        return float(self.topology.capacity_Bps[link]) / 1e9 * link_efficiency(kind, self.capability)
+        return self._link_bw_list[link]
+
+    @cached_property
+    def _link_bw_list(self) -> list[float]:
+        """link_bws as Python floats (the search reads them link by link)."""
+        return self.link_bws.tolist()
 
     def path_type(self, links: list[int]) -> int:
         """NCCL's type of a path over these directed links (paths.cc ncclTopoSetPaths):
@@ -503,8 +518,12 @@ class NcclMachine:
             return True
 
         def candidates(cur: int, used: set[int]) -> list[int]:
-            options = []
             here = members.index(cur)
+            if self.nvswitch:  # search.cc NextGpuSort: "NVSwitches prefer when we talk to a limited
+                # set of peers": only the next and the previous GPU are tried
+                near = [members[(here + 1) % n], members[(here - 1) % n]]
+                return [r for r in near if r not in used and self.hop(cur, r).path_type <= max_type]
+            options = []
             for i, r in enumerate(members):
                 if r in used:
                     continue
@@ -513,10 +532,6 @@ class NcclMachine:
                     continue
                 options.append((-self.hop_bw(hop), len(hop.links), (i - here) % n, r))
             options.sort()
-            if self.nvswitch:  # search.cc NextGpuSort: "NVSwitches prefer when we talk to a limited
-                # set of peers": only the next and the previous GPU are tried
-                near = [members[(here + 1) % n], members[(here - 1) % n]]
-                return [r for r in near if any(o[3] == r for o in options)]
             return [o[3] for o in options]
 
         budget = [SEARCH_BUDGET]
@@ -569,8 +584,12 @@ class NcclMachine:
     def _channel_bound(self, rank: int, members: list[int], bw: float, max_type: int) -> int:
         """How many channels of bw can leave a rank at most: every channel's hop out of it
         starts on one of the links its allowed paths start with."""
-        first = {self.hop(rank, other).links[0] for other in members
-                 if other != rank and self.hop(rank, other).path_type <= max_type and self.hop(rank, other).links}
+        key = (rank, max_type)
+        first = self._first_links.get(key)
+        if first is None:  # the same for every bandwidth the search tries
+            first = self._first_links[key] = {
+                self.hop(rank, other).links[0] for other in members
+                if other != rank and self.hop(rank, other).path_type <= max_type and self.hop(rank, other).links}
         return sum(int(self.nccl_bw(link) / bw + 1e-9) for link in first)
 
     def _min_type(self, members: list[int]) -> int:

@@ -138,6 +138,11 @@ class NcclEra:
     # transport/nvls.cc: NVLS channels (CTAs) by default, Hopper and Blackwell (NVLS_NCHANNELS
     # 16 for every GPU before 2.25; NVLS_NCHANNELS_SM100 32 from 2.25)
     nvls_channels_sm100: int = 32
+    # include/graph.h NCCL_TOPO_MAX_NODES: the most nodes of one kind (GPUs of a machine among
+    # them) NCCL's topology holds; ncclTopoCreateNode fails past it ("tried to create too many
+    # nodes of type 0"): 256 from 2.5 (2.4 had no topology search) to 2.26, 576 in 2.27-2.28,
+    # 640 from 2.29; None: no such bound
+    topology_max_nodes: int | None = 640
     # tuning.cc interLat with a net plugin's latency (graph->latencyInter): added to hwLat[NET]
     # (twice for Simple, for the flush) from 2.18; 2.12-2.17 it replaced hwLat[NET]; before
     # 2.12 NCCL did not read it (plugin_latency_read False)
@@ -202,7 +207,8 @@ class NcclEra:
 
     def search_rules(self) -> dict:
         """The graph search's rules of this release, as NcclMachine.build takes them."""
-        rules: dict = {"dup_channels": self.dup_channels, "hopper_doubling": self.hopper_doubling}
+        rules: dict = {"dup_channels": self.dup_channels, "hopper_doubling": self.hopper_doubling,
+                       "max_gpus": (self.topology_max_nodes, self.tag)}
         if self.speeds is not None:
             rules["speeds"] = self.speeds
         return rules
@@ -228,7 +234,7 @@ def _hw(base: dict[str, dict[str, Triple]], **changes: dict[str, Triple]) -> dic
 _NO_NVLS = {"nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0)}
 
 ERA_2_12 = NcclEra(
-    first=(2, 12), tag="v2.12.12-1",
+    first=(2, 12), tag="v2.12.12-1", topology_max_nodes=256,
     base_latency={"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4), **_NO_NVLS},
     hw_latency=_hw(_HW_2_12, nvlink=_NO_NVLS, pci=_NO_NVLS, net=_NO_NVLS),
     ll_max_bws=_VOLTA_AMPERE_ROWS["ll"], per_ch_ring_ll128=_LL128_20, per_ch_tree_ll128=_LL128_20,
@@ -284,7 +290,7 @@ ERA_2_6 = replace(
 # v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
-ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds",
+ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds", topology_max_nodes=None,
                   ll128_capabilities=frozenset())
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
@@ -366,7 +372,7 @@ ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100
 # v2.26.2-1: PAT only from compute capability 6.0
 ERA_2_26 = replace(ERA_2_25, first=(2, 26), tag="v2.26.2-1", pat_min_capability=60)
 # v2.27.7-1: LL128 on every GPU from 7.0
-ERA_2_27 = replace(ERA_2_26, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None,
+ERA_2_27 = replace(ERA_2_26, first=(2, 27), tag="v2.27.7-1", ll128_capabilities=None, topology_max_nodes=576,
                    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_27)))
 # v2.28.9-1: Blackwell rows, NVLS by nvlsEfficiency, perChMaxNVLSTreeBws
 ERA_2_28 = replace(
@@ -379,10 +385,10 @@ ERA_2_28 = replace(
     blackwell_row=True, nvls="efficiency",
     speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_28)))
 # v2.29.7-1 search.cc: Blackwell's speeds 45 (intra) and 80 (inter); v2.29.2-1 had only the first
-ERA_2_29 = replace(ERA_2_28, first=(2, 29), tag="v2.29.7-1",
+ERA_2_29 = replace(ERA_2_28, first=(2, 29), tag="v2.29.7-1", topology_max_nodes=640,
                    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_29)))
 # v2.30.7-1 (ncclTunerConstantsDefaults): NVLS-Tree network hop 20.9 us
-ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1",
+ERA_2_30 = replace(ERA_2_28, first=(2, 30), tag="v2.30.7-1", topology_max_nodes=640,
                    hw_latency=_hw(ERA_2_28.hw_latency, net={"nvls_tree": (0.0, 0.0, 20.9)}),
                    speeds=None)  # NcclMachine's own, the newest
 
