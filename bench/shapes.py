@@ -97,6 +97,8 @@ SHAPES = {s.name: s for s in (
 EXTRA = {s.name: s for s in (
     Shape("gan_ddp_ring_stragglers", f"`{GAN}` with DDP buckets, ring, ranks' compute varying "
           "(`compute_cv: 0.1`)", nvswitch_machines, GAN, "ring", 10, {"overlap": True, "compute_cv": 0.1}),
+    Shape("gan_ddp_nccl_stragglers", f"`{GAN}` with DDP buckets, nccl, ranks' compute varying "
+          "(`compute_cv: 0.1`)", nvswitch_machines, GAN, "nccl", 10, {"overlap": True, "compute_cv": 0.1}),
     Shape("gan_per_variable_ring", f"`{GAN}`, one ring all-reduce per variable (`gradient_sync: per_variable`)",
           nvswitch_machines, GAN, "ring", 10, {"gradient_sync": "per_variable"}),
     Shape("gan_per_variable_hierarchical_ring", f"`{GAN}`, one `hierarchical_ring` all-reduce per variable",

@@ -7,9 +7,10 @@ alone on that route, which then carried its amount, and takes what a flow alone 
 would: the route's latency, then the amount at its slowest resource's rate) or a *solved*
 task, whose end is computed when it starts by the function it was added with (a whole
 collective timed without the flow network, gansim/collectives/uncontended.py). A task
-starts when all of its predecessors have ended. Tasks that become ready at the same instant
-are dispatched together, so a symmetric step of many ranks costs a handful of numpy calls,
-not one Python event per rank.
+starts when all of its predecessors have ended. Only flows need the clock: delays and
+solved tasks are timed as soon as their predecessors' ends are known, and flows that become
+ready at the same instant are started together, so a step of many ranks costs a handful of
+numpy calls and an event per batch of flows, not one Python event per rank.
 
 A graph without flows shares nothing: nothing a task does changes when another ends, so
 it is timed without events, in waves (every task whose predecessors have all been timed,
@@ -17,6 +18,7 @@ whatever the instant), with the same sums the events would add."""
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -245,77 +247,79 @@ def _solve(graph: FrozenGraph, tasks: np.ndarray, start: np.ndarray, end: np.nda
 
 
 def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) -> Execution:
-    """Run every task of the graph; return when and how long each ran."""
+    """Run every task of the graph; return when and how long each ran. Only flows need the
+    clock: a delay or a solved task is timed as soon as the ends of all its predecessors are
+    known, ahead of the clock if they lie ahead (nothing the network does changes it: the
+    rule of _execute_waves), and what it releases in turn. A batch of flows starts by one
+    event at the instant the last of their predecessors ends, and flows end by the network's
+    events. A step of ranks whose compute differs (`compute_cv`) thus costs events for its
+    collectives' flows, not one per rank and phase."""
     duration = _durations(graph, network)
     if not bool((graph.kind == FLOW).any()):
         return _execute_waves(graph, duration, env.now)
     n = graph.size
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
+    ready_at = np.full(n, float(env.now))  # the latest end among a task's predecessors so far
     waiting = graph.indegree.copy()
     # a count of its own type: numpy's ufunc.at casts a Python int on a slow path, 2 to 40
     # times the time of the subtraction itself on int32 counts
     one = waiting.dtype.type(1)
-    events = 0
+    is_flow = graph.kind == FLOW
+    later: dict[float, list[np.ndarray]] = {}  # flows waiting for the clock, by the instant they start
 
-    def dispatch(ready: np.ndarray, now: float) -> None:
+    def settle(ready: np.ndarray) -> None:
+        """Time the tasks whose predecessors' ends are all known, and every task they release
+        in turn; the flows among them start now or when the clock reaches their instant."""
+        now = env.now
+        due: list[np.ndarray] = []
         while ready.size:
-            start[ready] = now
-            is_flow = graph.kind[ready] == FLOW
-            flows = ready[is_flow]
+            flows = ready[is_flow[ready]]
             if flows.size:
-                network.start(flows, graph.route[flows], graph.amount[flows])
-            delays = ready[~is_flow]
-            if not delays.size:
+                at = ready_at[flows]
+                soon = at <= now
+                due.append(flows[soon])
+                for instant in distinct(at[~soon]).tolist():
+                    if instant not in later:
+                        later[instant] = []
+                        _At(env, instant).callbacks.append(
+                            lambda _e, t=instant: start_flows(np.concatenate(later.pop(t))))
+                    later[instant].append(flows[~soon][at[~soon] == instant])
+            timed = ready[~is_flow[ready]]
+            if not timed.size:
                 break
-            durations = duration[delays]
-            solved = graph.kind[delays] == SOLVED
+            at = ready_at[timed]
+            start[timed] = at
+            durations = duration[timed]
+            solved = graph.kind[timed] == SOLVED
             if solved.any():
-                durations[solved] = _solve(graph, delays[solved], np.full(int(solved.sum()), now), end)
-            instant = delays[durations <= 0.0]
-            timed = delays[durations > 0.0]
-            if timed.size:
-                end_after(timed, durations[durations > 0.0])
-            if not instant.size:
-                break
-            # zero-length tasks end now; continue with whatever they release
-            end[instant] = now
-            ready = release(instant)
-        network.flush()
+                durations[solved] = _solve(graph, timed[solved], at[solved], end)
+            end[timed] = np.where(durations > 0.0, at + durations, at)
+            ready = release(timed)
+        if due:
+            start_flows(np.concatenate(due))
 
-    def end_after(tasks: np.ndarray, durations: np.ndarray) -> None:
-        """Each task ends its duration after now: one event per distinct duration."""
-        for value in distinct(durations):
-            group = tasks[durations == value]
-            env.timeout(float(value)).callbacks.append(lambda _e, g=group: complete(g, env.now))
+    def start_flows(flows: np.ndarray) -> None:
+        if flows.size:
+            start[flows] = env.now
+            network.start(flows, graph.route[flows], graph.amount[flows])
+            network.flush()
 
     def release(done: np.ndarray) -> np.ndarray:
-        _, succ = _successors(graph, done, origins=False)
+        before, succ = _successors(graph, done)
         if not succ.size:
             return succ
+        np.maximum.at(ready_at, succ, end[before])
         np.subtract.at(waiting, succ, one)
         return distinct(succ[waiting[succ] == 0])
 
-    # a task's one successor that waits for it alone and is a delay of some length: started
-    # where the task ends, with no successors to count and nothing else to dispatch
-    chain_next = _chain_successors(graph, duration)
-
     def complete(done: np.ndarray, now: float) -> None:
         end[done] = now
-        following = chain_next[done]
-        chained = following >= 0
-        if chained.any():
-            following = following[chained]
-            waiting[following] = 0
-            start[following] = now
-            end_after(following, duration[following])
-            done = done[~chained]
-            if not done.size:
-                return
-        dispatch(release(done), now)
+        settle(release(done))
 
     network.on_complete = complete
-    dispatch(np.flatnonzero(waiting == 0), env.now)
+    settle(np.flatnonzero(waiting == 0))
+    events = 0
     while True:
         try:
             env.step()
@@ -325,16 +329,17 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
     return _finished(start, end, events)
 
 
-def _chain_successors(graph: FrozenGraph, duration: np.ndarray) -> np.ndarray:
-    """Per task, its successor where it has one, that successor waits for nothing else and is
-    a delay of positive duration; else -1."""
-    n = graph.size
-    chain = np.full(n, -1, dtype=np.int64)
-    one = np.flatnonzero(np.diff(graph.succ_ptr) == 1)
-    following = graph.succ[graph.succ_ptr[one]].astype(np.int64)
-    plain = (graph.indegree[following] == 1) & (graph.kind[following] == DELAY) & (duration[following] > 0)
-    chain[one[plain]] = following[plain]
-    return chain
+class _At(simpy.events.Event):
+    """An event at `instant` itself. SimPy schedules at now + delay, which cannot always land
+    on an instant (where now has finer last digits, every sum near it can be a tie that
+    rounds away from it), so the event goes into the environment's queue as
+    Environment.schedule puts it there, at that time: flows start at the instant their last
+    predecessor ends, to the last digit."""
+
+    def __init__(self, env: simpy.Environment, instant: float):
+        super().__init__(env)
+        self._ok, self._value = True, None
+        heapq.heappush(env._queue, (instant, simpy.events.NORMAL, next(env._eid), self))
 
 
 def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Execution:
