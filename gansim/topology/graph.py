@@ -1221,7 +1221,11 @@ def bisection(topo: Topology) -> dict[str, Any]:
         flow.add_edge("__left__", r)  # no capacity attribute: unbounded
     for r in ranks[half:]:
         flow.add_edge(r, "__right__")
-    value = nx.maximum_flow_value(flow, "__left__", "__right__")
+    # Boykov-Kolmogorov: networkx's default (preflow-push) takes its next active node from a
+    # set, whose iteration grows with the nodes already taken out of it: three times as long
+    # at 100,000 GPUs (50 s against 16 s), the same cut
+    value = nx.maximum_flow_value(flow, "__left__", "__right__",
+                                  flow_func=nx.algorithms.flow.boykov_kolmogorov)
     label = [f"{ranks[0]}..{ranks[half - 1]}", f"{ranks[half]}..{ranks[-1]}"]
     return {"halves": label, "bandwidth_GBps": float(value)}
 
