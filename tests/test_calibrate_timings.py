@@ -154,3 +154,31 @@ def test_a_timings_profile_is_not_moved_to_another_gpu(tmp_path, capsys):
     code = main(["predict", "--profile", str(out), "--topology", "dgx1-v100", "--world-sizes", "1,2"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "FLOPs" in err and "GTX 1080 Ti" in err
+
+
+def test_the_overhead_per_replica_is_fitted_from_the_replicas_of_a_machine(tmp_path, capsys):
+    """On machines of 8 GPUs, rows at 16 and 32 GPUs run 8 replicas a process, as the row at
+    8 does: timings made with known figures on `multi-node` are fitted back from 1, 4, 8, 16
+    and 32 GPUs (replicas 1, 4, 8, 8, 8); rows at 8 and 16 GPUs alone cannot tell the
+    overhead from the compute, and say so in one line."""
+    topology = ("--workload", "paper-mlp-gan", "--topology", "multi-node")
+    seed = calibrate_from_timings(read_timings(str(write_csv(tmp_path, "gpus,per_gpu_batch,step_time_s\n"
+                                                                     "1,64,0.2\n2,64,0.3\n"))),
+                                  "seed", "paper-mlp-gan", "multi-node").profile
+    known = {"round_fixed_s": 0.0, "per_sample_s": 0.0005, "host_overhead_per_replica_s": 0.03}
+    timings = seed.fit.timings.model_copy(update={**known, "round_batch": 64.0})
+    truth = seed.model_copy(update={"fit": seed.fit.model_copy(update={"timings": timings})})
+    lines = ["gpus,per_gpu_batch,step_time_s"]
+    for gpus in (1, 4, 8, 16, 32):
+        (p,) = [x for x in predict(truth, [gpus], per_gpu_batch=64) if x.world_size == gpus]
+        lines.append(f"{gpus},64,{p.step_time_s!r}")
+    steps = {int(line.split(",")[0]): float(line.split(",")[2]) for line in lines[1:]}
+    assert steps[32] - steps[16] < 0.03 < steps[8] - steps[4]  # no more host work past one machine
+    fit = calibrate_from_timings(read_timings(str(write_csv(tmp_path, "\n".join(lines) + "\n"))), "made",
+                                 "paper-mlp-gan", "multi-node")
+    assert fit.fit.figures["host_overhead_per_replica_s"] == pytest.approx(0.03, rel=0.01)
+    assert all(abs(r) < 0.01 for r in fit.fit.residuals)
+    table = write_csv(tmp_path, "\n".join([lines[0], lines[3], lines[4]]) + "\n")
+    code, _, err = run(capsys, "--from-timings", str(table), *topology, "--out", str(tmp_path / "p.json"))
+    assert code == 2 and err.count("\n") == 1
+    assert "every row runs 8 replicas on its fullest machine" in err and str(table) in err

@@ -9,7 +9,7 @@ import pytest
 from gansim.cli.main import main
 from gansim.core.config import Scenario, TrainingOptions
 from gansim.runner.point import simulate_point
-from gansim.topology.graph import load_topology
+from gansim.topology.graph import load_topology, topology_from_dict
 from gansim.training.step import ddp_buckets
 from gansim.whatif.study import load_scenario, simulate_scenario
 
@@ -64,6 +64,23 @@ def test_host_overhead_per_replica_grows_with_the_gpu_count():
     slow2, slow4 = gan(2, host_overhead_per_replica_s=1e-3), gan(4, host_overhead_per_replica_s=1e-3)
     assert slow2.step_time_s - base2.step_time_s == pytest.approx(2e-3, rel=1e-6)
     assert slow4.step_time_s - base4.step_time_s == pytest.approx(4e-3, rel=1e-6)
+
+
+def test_host_overhead_per_replica_grows_with_the_gpus_of_a_machine_not_of_the_run():
+    """One process drives a machine's GPUs (TF's MultiWorkerMirroredStrategy: one worker a
+    machine, MirroredStrategy in it): 8 GPUs on two machines of 4 wait for 4 replicas' host
+    work a step, on one machine of 8 for 8."""
+    def step(topology, overhead):
+        s = Scenario(name="t", topology="t", workload="paper-mlp-gan", gpus=[8], steps=3,
+                     options=TrainingOptions(host_overhead_per_replica_s=overhead))
+        return simulate_point(s, topology, 8, "ring").step_time_s
+
+    two = topology_from_dict({"name": "t", "generator": "multi_node", "params": {
+        "nodes": 2, "gpus_per_node": 4, "intra": "nvswitch"}}, "test")
+    one = topology_from_dict({"name": "t", "generator": "nvswitch", "params": {"gpus": 8}}, "test")
+    assert list(two.machine_ranks(8)) == [4] * 8 and list(two.machine_ranks(6)) == [4] * 4 + [2] * 2
+    assert step(two, 1e-3) - step(two, 0.0) == pytest.approx(4e-3, rel=1e-6)
+    assert step(one, 1e-3) - step(one, 0.0) == pytest.approx(8e-3, rel=1e-6)
 
 
 def test_ddp_bucket_assignment_follows_pytorch():

@@ -149,7 +149,9 @@ def calibrate_from_timings(rows: list[TimingRow], source: str, workload_name: st
     for gpus in sorted({r.gpus for r in rows}):
         communication[gpus] = 0.0 if gpus == 1 else simulate_profile_point(
             provisional, topology, gpus, algorithm, options, sim_workload, idle).step_time_s
-    fit = fit_timings(fitted, [communication[r.gpus] for r in fitted], source)
+    # the host work per replica is done in each machine's process: a row's step waits for its fullest machine's
+    fit = fit_timings(fitted, [communication[r.gpus] for r in fitted], source,
+                      [int(topology.machine_ranks(r.gpus).max()) for r in fitted])
     figures = {k: fit.figures[k] for k in FIGURES}
     table = [TimingsRow(gpus=r.gpus, per_gpu_batch=r.per_gpu_batch, accumulation=r.accumulation,
                         step_time_s=r.step_time_s, communication_s=communication[r.gpus],

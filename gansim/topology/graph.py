@@ -295,6 +295,11 @@ class Topology:
         number[np.argsort(first)] = np.arange(count)
         return number[label]
 
+    def machine_ranks(self, ranks: int) -> np.ndarray:
+        """Per rank of the first `ranks`, how many of them sit in its machine (machine_of)."""
+        machine = self.machine_index[self.rank_index[:ranks]]
+        return np.bincount(machine)[machine]
+
     def rank_groups(self, ranks: int) -> list[list[int]]:
         """The first `ranks` ranks grouped by the machine they sit in (machine_of), each group
         in rank order, groups in the order of their first rank."""

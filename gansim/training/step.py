@@ -213,8 +213,10 @@ class StepBuilder:
         opts = self.point.options
         graph, cluster = self.graph, self.cluster
         if opts.host_overhead_per_replica_s > 0:
-            overhead = graph.add(DELAY, -1, opts.host_overhead_per_replica_s * cluster.ranks, self.ranks, OVERHEAD,
-                                 "host overhead", count=cluster.ranks)
+            # one replica after another in the process that drives a machine's GPUs (TF's
+            # MirroredStrategy; MultiWorkerMirroredStrategy runs one such worker a machine)
+            overhead = graph.add(DELAY, -1, opts.host_overhead_per_replica_s * cluster.topology.machine_ranks(
+                cluster.ranks).astype(float), self.ranks, OVERHEAD, "host overhead", count=cluster.ranks)
             graph.depend(after, overhead)
             after = overhead
         prep = self.input_phase(after, phases.data_host_s * cluster.loader_scale)

@@ -6,7 +6,7 @@ GPU per optimizer step in ``accumulation`` rounds, and how long an optimizer ste
 model of one step::
 
     step_time = accumulation x round_fixed_s + per_gpu_batch x per_sample_s
-                + gpus x host_overhead_per_replica_s + communication(gpus)
+                + replicas x host_overhead_per_replica_s + communication(gpus)
 
 - ``round_fixed_s``: what a forward/backward round costs whatever its batch (kernel launches,
   the framework's per-call work);
@@ -14,7 +14,9 @@ model of one step::
 - ``host_overhead_per_replica_s``: host work per replica per step, done one replica after
   another (seed 002, Ravikumar & Sriraman 2023, on TensorFlow's MirroredStrategy: "the code
   runs sequentially and becomes a bottleneck as the number of mirrored images increases"),
-  the simulator's ``TrainingOptions.host_overhead_per_replica_s``;
+  the simulator's ``TrainingOptions.host_overhead_per_replica_s``. ``replicas`` are those of
+  one process, which drives one machine's GPUs (MultiWorkerMirroredStrategy: "multiple
+  workers, each with potentially multiple GPUs"): the run's GPUs on its fullest machine;
 - ``communication``: never fitted; the network model's time for the workload's gradients on
   the topology the timings came from, given by the caller per row.
 
@@ -212,13 +214,19 @@ def _rank(matrix: np.ndarray) -> int:
     return int(np.linalg.matrix_rank(matrix / np.maximum(np.abs(matrix).max(axis=0), 1e-300), tol=1e-9))
 
 
-def fit_timings(rows: Sequence[TimingRow], communication_s: Sequence[float], source: str) -> TimingsFit:
+def fit_timings(rows: Sequence[TimingRow], communication_s: Sequence[float], source: str,
+                replicas: Optional[Sequence[int]] = None) -> TimingsFit:
     """Least squares of the step model over the rows (relative errors weigh each row alike),
-    `communication_s` being the network model's time per row. Refuses, in one line, a table
-    that cannot determine the host overhead and a compute (one configuration; every row at
-    one GPU count) and rows that contradict each other (a figure that must be below zero)."""
+    `communication_s` being the network model's time per row and `replicas` the replicas of
+    its fullest machine's process (None: every row's GPUs in one). Refuses, in one line, a
+    table that cannot determine the host overhead and a compute (one configuration; every
+    row at one GPU count, or at one count of replicas a machine) and rows that contradict
+    each other (a figure that must be below zero)."""
     if len(rows) != len(communication_s):
         raise ValueError("one communication time per row")
+    replicas = [r.gpus for r in rows] if replicas is None else list(replicas)
+    if len(replicas) != len(rows):
+        raise ValueError("one count of replicas per row")
     configurations = {r.configuration for r in rows}
     if len(configurations) < 2:
         what = "one row" if len(rows) == 1 else f"{len(rows)} rows of one configuration"
@@ -228,7 +236,11 @@ def fit_timings(rows: Sequence[TimingRow], communication_s: Sequence[float], sou
         raise UserInputError(f"every row is at {rows[0].gpus} GPU(s): the overhead per replica cannot be told from "
                              "the compute; allowed: rows at two or more GPU counts", source=source,
                              field="--from-timings")
-    design = np.array([[r.accumulation, r.per_gpu_batch, r.gpus] for r in rows], dtype=float)
+    if len(set(replicas)) < 2:
+        raise UserInputError(f"every row runs {replicas[0]} replicas on its fullest machine: the overhead per replica "
+                             "cannot be told from the compute; allowed: rows at two or more GPU counts within a "
+                             "machine", source=source, field="--from-timings")
+    design = np.array([[r.accumulation, r.per_gpu_batch, n] for r, n in zip(rows, replicas)], dtype=float)
     measured = np.array([r.step_time_s for r in rows])
     target = measured - np.asarray(communication_s, dtype=float)
     combined = None
