@@ -31,20 +31,26 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_recovers_the_compute_and_overhead_of_timings_gansim_made(tmp_path):
-    # a profile with known figures makes the timings (gansim's own simulation: compute, the
-    # host work per replica and the network model's all-reduces), then the fit must find them
+def made_timings(tmp_path: Path, topology: str, known: dict, configurations: list) -> list[str]:
+    """A table of timings gansim makes itself from a profile with `known` figures (its own
+    simulation: compute, the host work per replica and the network model's all-reduces) at
+    each (gpus, per_gpu_batch), as CSV lines with a header."""
     seed = calibrate_from_timings(read_timings(str(write_csv(tmp_path, "gpus,per_gpu_batch,step_time_s\n"
                                                                      "1,64,0.2\n2,64,0.3\n"))),
-                                  "seed", "paper-mlp-gan", "paper-gtx1080ti-pcie").profile
-    known = {"round_fixed_s": 0.004, "per_sample_s": 0.0005, "host_overhead_per_replica_s": 0.03}
+                                  "seed", "paper-mlp-gan", topology).profile
     timings = seed.fit.timings.model_copy(update={**known, "round_batch": 64.0})
     truth = seed.model_copy(update={"fit": seed.fit.model_copy(update={"timings": timings})})
-    configurations = [(1, 32), (1, 64), (2, 64), (4, 32)]
     lines = ["gpus,per_gpu_batch,step_time_s"]
     for gpus, batch in configurations:
         (p,) = [x for x in predict(truth, [gpus], per_gpu_batch=batch) if x.world_size == gpus]
         lines.append(f"{gpus},{batch},{p.step_time_s!r}")
+    return lines
+
+
+def test_recovers_the_compute_and_overhead_of_timings_gansim_made(tmp_path):
+    # a profile with known figures makes the timings, then the fit must find them
+    known = {"round_fixed_s": 0.004, "per_sample_s": 0.0005, "host_overhead_per_replica_s": 0.03}
+    lines = made_timings(tmp_path, "paper-gtx1080ti-pcie", known, [(1, 32), (1, 64), (2, 64), (4, 32)])
     fit = calibrate_from_timings(read_timings(str(write_csv(tmp_path, "\n".join(lines) + "\n"))), "made",
                                  "paper-mlp-gan", "paper-gtx1080ti-pcie")
     assert set(fit.fit.determined) == set(known)
@@ -162,16 +168,8 @@ def test_the_overhead_per_replica_is_fitted_from_the_replicas_of_a_machine(tmp_p
     and 32 GPUs (replicas 1, 4, 8, 8, 8); rows at 8 and 16 GPUs alone cannot tell the
     overhead from the compute, and say so in one line."""
     topology = ("--workload", "paper-mlp-gan", "--topology", "multi-node")
-    seed = calibrate_from_timings(read_timings(str(write_csv(tmp_path, "gpus,per_gpu_batch,step_time_s\n"
-                                                                     "1,64,0.2\n2,64,0.3\n"))),
-                                  "seed", "paper-mlp-gan", "multi-node").profile
     known = {"round_fixed_s": 0.0, "per_sample_s": 0.0005, "host_overhead_per_replica_s": 0.03}
-    timings = seed.fit.timings.model_copy(update={**known, "round_batch": 64.0})
-    truth = seed.model_copy(update={"fit": seed.fit.model_copy(update={"timings": timings})})
-    lines = ["gpus,per_gpu_batch,step_time_s"]
-    for gpus in (1, 4, 8, 16, 32):
-        (p,) = [x for x in predict(truth, [gpus], per_gpu_batch=64) if x.world_size == gpus]
-        lines.append(f"{gpus},64,{p.step_time_s!r}")
+    lines = made_timings(tmp_path, "multi-node", known, [(g, 64) for g in (1, 4, 8, 16, 32)])
     steps = {int(line.split(",")[0]): float(line.split(",")[2]) for line in lines[1:]}
     assert steps[32] - steps[16] < 0.03 < steps[8] - steps[4]  # no more host work past one machine
     fit = calibrate_from_timings(read_timings(str(write_csv(tmp_path, "\n".join(lines) + "\n"))), "made",
