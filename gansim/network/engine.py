@@ -279,12 +279,17 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
                 at = ready_at[flows]
                 soon = at <= now
                 due.append(flows[soon])
-                for instant in distinct(at[~soon]).tolist():
-                    if instant not in later:
-                        later[instant] = []
-                        _At(env, instant).callbacks.append(
-                            lambda _e, t=instant: start_flows(np.concatenate(later.pop(t))))
-                    later[instant].append(flows[~soon][at[~soon] == instant])
+                if not soon.all():
+                    # the others by instant: sorted once (stable: each batch in release order), cut where it changes
+                    order = np.argsort(at[~soon], kind="stable")
+                    waiting_flows, instants = flows[~soon][order], at[~soon][order]
+                    cuts = np.flatnonzero(instants[1:] != instants[:-1]) + 1
+                    for batch, instant in zip(np.split(waiting_flows, cuts), instants[np.r_[0, cuts]].tolist()):
+                        if instant not in later:
+                            later[instant] = []
+                            _At(env, instant).callbacks.append(
+                                lambda _e, t=instant: start_flows(np.concatenate(later.pop(t))))
+                        later[instant].append(batch)
             timed = ready[~is_flow[ready]]
             if not timed.size:
                 break
