@@ -370,6 +370,24 @@ def test_the_ring_search_steps_and_duplicates_as_each_release_does():
     assert (old.comm_channels, new.comm_channels) == (2, 4)
 
 
+@pytest.mark.parametrize("version,most", [("2.4.8", 16), ("2.5.7", 32), ("2.18.3", 32), ("2.24.3", 32),
+                                          ("2.25.1", 64), ("2.30.7", 64)])
+def test_a_communicator_has_at_most_the_release_s_maxchannels(version, most):
+    """device.h MAXCHANNELS is 16 in v2.4.8-1, 32 from v2.5.6-1 to v2.24.3-1 and 64 from
+    v2.25.1-1; init.cc lets the ring search find MAXCHANNELS / 2 ("ringGraph.maxChannels =
+    MAXCHANNELS/2") and connect.cc caps the doubled channels at MAXCHANNELS. Two H100
+    machines with 32 EFA NICs each (100 Gb/s: one channel a NIC at the 12 GB/s step) have
+    NICs for more ring channels than any release searches for up to 2.24."""
+    machine = _machine_for("aws-p5-h100-2node-efa", version)
+    assert len(machine.nics[0]) == 32
+    assert machine.ring.channels <= most // 2
+    assert machine.comm_channels <= most
+    if most == 32:  # the search stops at its bound: 16 channels, doubled to 32
+        assert (machine.ring.channels, machine.comm_channels) == (16, 32)
+    if most == 64:  # more channels than 2.24 could have
+        assert machine.ring.channels > 16
+
+
 @pytest.mark.parametrize("version,capability,expected", [
     ("2.17.1", 90, 16),  # not before 2.18
     ("2.18.3", 90, 32),  # "minCompCap == 90 ... && 2*nChannels <= MAXCHANNELS": 16 channels double

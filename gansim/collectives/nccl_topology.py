@@ -63,9 +63,9 @@ SM100_SPEED_ARRAY_INTRA = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0,
 SM100_SPEED_ARRAY_INTER = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
                            3.0, 2.4, 1.2, 0.24, 0.12)
 # init.cc: the ring search may find up to MAXCHANNELS / 2 channels; connect.cc then doubles
-# them (comm->nChannels = min(MAXCHANNELS, 2 nChannels)); device.h MAXCHANNELS 64.
-MAXCHANNELS = 64
-RING_MAX_CHANNELS = 32
+# them (comm->nChannels = min(MAXCHANNELS, 2 nChannels)); device.h MAXCHANNELS, the newest
+# release's (NcclEra.max_channels has each release's)
+NEWEST_MAX_CHANNELS = 64
 NCCL_MAX_NVLS_ARITY = 32  # device.h
 # search.cc bounds how long it looks (NCCL_SEARCH_TIMEOUT 1 << 14 steps); so do we
 SEARCH_BUDGET = 1 << 14
@@ -219,6 +219,7 @@ class NcclMachine:
     dup_channels: str = NEWEST_DUP_CHANNELS
     hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING
     speeds: SpeedTable = NEWEST_SPEEDS  # the search's speed steps
+    max_channels: int = NEWEST_MAX_CHANNELS  # the release's MAXCHANNELS
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _routes_from: set[int] = field(default_factory=set, repr=False)  # ranks whose machine's routes are found
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
@@ -234,7 +235,8 @@ class NcclMachine:
     def build(cls, topology: Topology, ranks: int, dup_channels: str = NEWEST_DUP_CHANNELS,
               hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING,
               speeds: SpeedTable = NEWEST_SPEEDS,
-              max_gpus: tuple[int | None, str] = NEWEST_MAX_GPUS) -> "NcclMachine":
+              max_gpus: tuple[int | None, str] = NEWEST_MAX_GPUS,
+              max_channels: int = NEWEST_MAX_CHANNELS) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of
         groups: dict[int, list[int]] = {}
@@ -298,7 +300,8 @@ class NcclMachine:
         return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
                    # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
-                   bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling, speeds)
+                   bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling, speeds,
+                   max_channels)
 
     @property
     def node_count(self) -> int:
@@ -631,8 +634,10 @@ class NcclMachine:
     @cached_property
     def ring(self) -> Graph:
         """search.cc ncclTopoCompute for the ring pattern (first pass: from the highest speed
-        down, path types from the best up; then DupChannels; second pass: raise the speed)."""
+        down, path types from the best up; then DupChannels; second pass: raise the speed), for at
+        most MAXCHANNELS / 2 channels (init.cc ringGraph maxChannels)."""
         intra_speeds, inter_speeds = speed_arrays(self.capability, self.speeds)
+        most = self.max_channels // 2
         inter = self.node_count > 1
         speeds = inter_speeds if inter else intra_speeds
         members0 = self.nodes[0]
@@ -655,13 +660,13 @@ class NcclMachine:
         while True:
             found = None
             for ptype in range(min_type, max(max_type, min_type) + 1):
-                count, orders = self._channels_at(speeds[i], ptype, RING_MAX_CHANNELS)
+                count, orders = self._channels_at(speeds[i], ptype, most)
                 if count >= 1:
                     found = (count, speeds[i], ptype, orders)
                     break
             if found and (best is None or found[0] * found[1] > best[0] * best[1]):
                 best = found
-            if best and (best[0] == RING_MAX_CHANNELS or best[0] * best[1] >= total_bw):
+            if best and (best[0] == most or best[0] * best[1] >= total_bw):
                 break
             if i < len(speeds) - 1 and (best is None or speeds[i + 1] / best[1] > .49):
                 i += 1
@@ -673,7 +678,7 @@ class NcclMachine:
         count, bw, ptype, orders = best
         # ncclTopoDupChannels: fast channels are duplicated, each with half the bandwidth
         if self._duplicates(bw, count):
-            dup = min(2 * count, RING_MAX_CHANNELS)
+            dup = min(2 * count, most)
             bw /= math.ceil(dup / count)
             orders = (orders * 2)[:dup]
             count = dup
@@ -803,11 +808,11 @@ class NcclMachine:
         ("minCompCap == 90", then ">= 90"), up to 16 channels before it in 2.18-2.19
         ("2*nChannels <= MAXCHANNELS"), fewer than 16 from 2.20."""
         ring = self.ring
-        n = min(MAXCHANNELS, 2 * ring.channels)
+        n = min(self.max_channels, 2 * ring.channels)
         if self.hopper_doubling is not None:
             low, high, most = self.hopper_doubling  # capabilities it applies to, channels before it
             if low <= self.capability <= high and self.node_count > 1 and ring.bw_intra > 45.0 and n <= most:
-                n = min(MAXCHANNELS, 2 * n)
+                n = min(self.max_channels, 2 * n)
         return n
 
     def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
