@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gansim.core import limits
 from gansim.core.errors import UserInputError
 from gansim.core.files import check_output_dir, replaced_dir
-from gansim.core.values import positive_int_list
+from gansim.core.values import positive_int_list, whole_number
 from gansim.core.version import __version__
 from gansim.outputs.names import KNOWN_OUTPUTS, SIMULATE_OUTPUTS, SIMULATE_PARTIAL, VALIDATION_OUTPUTS
 from gansim.runner.record import RunRecord
@@ -301,6 +301,7 @@ class NcclTestsResult:
 def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_reduce", minbytes: int | str = 8,
                maxbytes: int | str = "8G", stepfactor: float = 2.0, algorithm: str = "nccl",
                nccl_algo: str | None = None, nccl_proto: str | None = None, nccl_version: str | None = None,
+               nccl_min_channels: int | None = None, nccl_max_channels: int | None = None,
                explain: bool = False, gpus_per_thread: int = 1) -> NcclTestsResult:
     """Predict nccl-tests' table on a topology (what `gansim nccl-tests` does).
 
@@ -316,6 +317,8 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
             "ring,tree", "^nvls", "^nvls;allreduce:tree").
         nccl_proto: The protocols NCCL may choose from, as NCCL_PROTO takes them ("Simple").
         nccl_version: NCCL release whose tuning model to follow (default: the topology's).
+        nccl_min_channels: NCCL_MIN_NCHANNELS: channels duplicated up to this many.
+        nccl_max_channels: NCCL_MAX_NCHANNELS: the communicator's channels capped at this many.
         explain: Say under each row what bounds it (nccl only).
         gpus_per_thread: GPUs each thread drives (nccl-tests' own `-g`): an operation takes
             at least that many kernel launches (`--gpus-per-thread`).
@@ -329,7 +332,7 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
     from gansim.collectives.nccl_tuning import NcclSettingError
     from gansim.collectives.nccl_versions import era_for
     from gansim.collectives.schedules import ALGORITHMS
-    from gansim.core.config import TrainingOptions, parse_size
+    from gansim.core.config import NCCL_MAXCHANNELS, TrainingOptions, parse_size
     from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical
     from gansim.prediction.nccl_tests_table import nccl_tests_table, sweep_sizes
     from gansim.topology.graph import load_topology
@@ -354,7 +357,12 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
                 canonical(kind, value)
             except ValueError as err:
                 raise UserInputError(str(err), field=flag) from None
-    options = TrainingOptions(nccl_algo=nccl_algo, nccl_proto=nccl_proto, nccl_version=nccl_version)
+    for value, flag, least in ((nccl_min_channels, "--nccl-min-channels", 0),
+                               (nccl_max_channels, "--nccl-max-channels", 1)):
+        if value is not None:
+            whole_number(str(value), flag, minimum=least, maximum=NCCL_MAXCHANNELS)
+    options = TrainingOptions(nccl_algo=nccl_algo, nccl_proto=nccl_proto, nccl_version=nccl_version,
+                              nccl_min_channels=nccl_min_channels, nccl_max_channels=nccl_max_channels)
     try:
         rows = nccl_tests_table(topo, gpus, op, sizes, algorithm, options, source=source, explain=explain,
                                 gpus_per_thread=gpus_per_thread)

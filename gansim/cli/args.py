@@ -27,6 +27,11 @@ def positive_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def whole_number_in(minimum: int, maximum: int, flag: str) -> Callable[[str], int]:
+    """An argparse `type` for a whole number from `minimum` to `maximum`."""
+    return lambda text: whole_number(text, flag, minimum=minimum, maximum=maximum)
+
+
 def positive_float(flag: str, unit: str = "") -> Callable[[str], float]:
     """An argparse `type` for a finite number > 0 (see `number`)."""
     return lambda text: number(text, flag, unit)

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from gansim.cli.args import EXIT_OK, positive_int
+from gansim.cli.args import EXIT_OK, positive_int, whole_number_in
+from gansim.core.config import NCCL_MAXCHANNELS
 from gansim.core.values import number
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -34,6 +35,11 @@ def register(sub: Any) -> None:
     p.add_argument("--nccl-version", metavar="X.Y[.Z]",
                    help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
                         "else the newest followed)")
+    p.add_argument("--nccl-min-channels", type=whole_number_in(0, NCCL_MAXCHANNELS, "--nccl-min-channels"), metavar="N",
+                   help="NCCL_MIN_NCHANNELS: the communicator's channels duplicated up to N (0 to 64; a release "
+                        "caps it at its MAXCHANNELS)")
+    p.add_argument("--nccl-max-channels", type=whole_number_in(1, NCCL_MAXCHANNELS, "--nccl-max-channels"), metavar="N",
+                   help="NCCL_MAX_NCHANNELS: the communicator's channels capped at N (1 to 64), before the minimum")
     p.add_argument("--gpus-per-thread", type=positive_int("--gpus-per-thread"), default=1, metavar="G",
                    help="GPUs each thread drives, nccl-tests' own -g (here -g counts ranks): one thread "
                         "launches on each of its GPUs, so an operation takes at least G launches; G = N is "
@@ -54,6 +60,7 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
     result = api.nccl_tests(args.topology, args.ngpus, op=args.op, minbytes=args.minbytes, maxbytes=args.maxbytes,
                             stepfactor=number(args.stepfactor, "-f"), algorithm=args.algorithm,
                             nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto, nccl_version=args.nccl_version,
+                            nccl_min_channels=args.nccl_min_channels, nccl_max_channels=args.nccl_max_channels,
                             explain=args.explain, gpus_per_thread=args.gpus_per_thread)
     human = sys.stderr if args.json else sys.stdout
     header = (f"gansim nccl-tests: {args.op} on {args.ngpus} GPUs of {result.topology}, algorithm {args.algorithm}"

@@ -60,6 +60,8 @@ class Communicator:
     nccl_proto: str | None = None
     nccl_version: str | None = None
     nccl_single_process: bool = False  # TrainingOptions.nccl_single_process
+    # (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS): TrainingOptions.nccl_min_channels, nccl_max_channels
+    nccl_channel_limits: tuple[int | None, int | None] = (None, None)
     # all-reduces of at least this many transfers that nothing contends with are played
     # by gansim/collectives/uncontended.py (None: never), keeping the run's first
     # `keep_transfers` transfers, in all, for its details
@@ -88,10 +90,12 @@ class Communicator:
     def for_options(cls, cluster: Cluster, graph: TaskGraph, algorithm: str, cost_model: str,
                     options: TrainingOptions, **rest) -> "Communicator":
         """A run's communicator: its options' chunks and NCCL settings (NCCL_ALGO, NCCL_PROTO,
-        the release, one process for all GPUs) in one place, the other fields as given."""
+        the release, one process for all GPUs, the channel limits) in one place, the other
+        fields as given."""
         return cls(cluster, graph, algorithm, cost_model, chunks=options.chunks, nccl_algo=options.nccl_algo,
                    nccl_proto=options.nccl_proto, nccl_version=options.nccl_version,
-                   nccl_single_process=options.nccl_single_process, **rest)
+                   nccl_single_process=options.nccl_single_process,
+                   nccl_channel_limits=(options.nccl_min_channels, options.nccl_max_channels), **rest)
 
     def play_plan(self, schedule: Schedule, nbytes: float) -> PlayPlan | None:
         key = (id(schedule), nbytes)
@@ -110,9 +114,10 @@ class Communicator:
     def nccl(self) -> nccl.NcclState:
         """NCCL's view of this run's machine and its tuning (built on first use)."""
         if self._nccl is None:
-            key = (self.nccl_version, self.nccl_single_process)
+            key = (self.nccl_version, self.nccl_single_process, self.nccl_channel_limits)
             if key not in self.nccl_states:
-                self.nccl_states[key] = nccl.nccl_state(self.cluster, self.nccl_version, self.nccl_single_process)
+                self.nccl_states[key] = nccl.nccl_state(self.cluster, self.nccl_version, self.nccl_single_process,
+                                                        self.nccl_channel_limits)
             self._nccl = self.nccl_states[key]
         return self._nccl
 

@@ -87,20 +87,24 @@ def check_settings(topology: Topology, ranks: int, collectives: tuple[str, ...],
         choose(tuning, coll, 1 << 20, algo, proto)
 
 
-def nccl_state(cluster: Cluster, nccl_version: str | None = None, single_process: bool = False) -> NcclState:
+def nccl_state(cluster: Cluster, nccl_version: str | None = None, single_process: bool = False,
+               channel_limits: tuple[int | None, int | None] = (None, None)) -> NcclState:
     """NCCL's view of the run's machine, tuned as release `nccl_version` tunes it (None: the
     topology's own `nccl_version`, else the newest release the model follows), its
-    communicators made by one process for all the GPUs with `single_process`."""
-    tuning = machine_tuning(cluster.topology, cluster.ranks, nccl_version, single_process)
+    communicators made by one process for all the GPUs with `single_process`, their channels
+    within (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS) `channel_limits`."""
+    tuning = machine_tuning(cluster.topology, cluster.ranks, nccl_version, single_process, channel_limits)
     return NcclState(tuning.machine, tuning)
 
 
 def machine_tuning(topology: Topology, ranks: int, nccl_version: str | None = None,
-                   single_process: bool = False) -> Tuning:
+                   single_process: bool = False,
+                   channel_limits: tuple[int | None, int | None] = (None, None)) -> Tuning:
     """NCCL's view of the first `ranks` ranks of `topology` and its tuning table, as release
     `nccl_version` (None: the topology's, else the newest followed) makes them."""
     era = era_for(nccl_version or topology.nccl_version)
-    return tune(NcclMachine.build(topology, ranks, **era.search_rules()), era, single_process)
+    machine = NcclMachine.build(topology, ranks, channel_limits=channel_limits, **era.search_rules())
+    return tune(machine, era, single_process)
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,9 @@ def _plan(cluster: Cluster, state: NcclState, coll: str, nbytes: float, algo: st
         tuning, coll, a, nbytes, entry.bandwidth_GBps)
     # and the proxy threads' sends, posted one channel after another at every network crossing
     latency_us += proxy_serial_us(tuning, coll, a, choice.channels, dtree_parent)
-    fraction = choice.channels / machine.comm_channels if a in ("ring", "tree", "pat") else 1.0
+    # the graph's bandwidth is what NCCL's own channel count carries (NCCL_MIN_NCHANNELS and
+    # NCCL_MAX_NCHANNELS change the channels, not what one carries)
+    fraction = choice.channels / machine.searched_comm_channels if a in ("ring", "tree", "pat") else 1.0
     if a == "ring":
         kernels = _ring_kernels(state, coll, p, fraction)
         flows = _ring_flows(cluster, machine, coll, nbytes, choice, kernels)
@@ -493,7 +499,7 @@ def _ring_flows(cluster: Cluster, machine: NcclMachine, coll: str, nbytes: float
     graph = machine.ring
     per_hop = nbytes * bus_factor(coll, machine.ranks) / choice.channels  # what each ring hop carries
     channels = []
-    for c in range(choice.channels):
+    for c in map(machine.source_channel, range(choice.channels)):
         nic_in, nic_out = graph.nics[c % len(graph.nics)] if graph.nics else (0, 0)
         pairs = np.array(ring_order_hops(graph.orders[c % len(graph.orders)], coll), dtype=np.int64).reshape(-1, 2)
         channels.append((pairs[:, 0], pairs[:, 1], (nic_out, nic_in)))
@@ -564,7 +570,7 @@ def _tree_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: C
                 kernels_GBps: float) -> tuple[ChannelFlow, ...]:
     per_edge = nbytes / choice.channels  # reduced up, then broadcast down, on every edge
     channels = []
-    for c in range(choice.channels):
+    for c in map(machine.source_channel, range(choice.channels)):
         nic = _head_nic(machine, c)
         edges = _tree_edge_array(machine, c)
         # each edge up (the child sends), then down (the parent sends)
@@ -597,7 +603,7 @@ def _pat_flows(cluster: Cluster, machine: NcclMachine, nbytes: float, choice: Ch
     ranks = np.arange(machine.ranks, dtype=np.int64)
     block = nbytes / machine.ranks / choice.channels
     channels, amounts = [], []
-    for c in range(choice.channels):
+    for c in map(machine.source_channel, range(choice.channels)):
         nic = _head_nic(machine, c)
         for distance, blocks in pat_exchanges(machine.ranks):
             channels.append((ranks, (ranks + distance) % machine.ranks, nic))

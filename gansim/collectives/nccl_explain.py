@@ -345,6 +345,8 @@ def _kernel_cap(chosen: Plan, state: NcclState) -> str:
     """Which of NCCL's figures holds a GPU's collective kernels (nccl.py's kernels, tuning.cc)."""
     c, machine, tuning = chosen.choice, state.machine, state.tuning
     share = f"on {c.channels} of {machine.comm_channels} channels"
+    if machine.comm_channels != machine.searched_comm_channels:  # the graph's bandwidth is for NCCL's own count
+        share += f" (NCCL's own {machine.searched_comm_channels}, before NCCL_MIN/MAX_NCHANNELS)"
     if c.algorithm == "ring":
         if c.protocol == LL:
             return ("NCCL's per-GPU LL cap llMaxBw" if chosen.kernel_GBps >= tuning.ll_max_bw * (1 - _RTOL)

@@ -36,6 +36,7 @@ from functools import cached_property
 
 import numpy as np
 
+from gansim.core.config import NCCL_MAXCHANNELS
 from gansim.core.errors import UserInputError
 from gansim.topology.devices import compute_capability, cpu_vendor, nvlink_line_rate_GBps
 from gansim.topology.graph import Topology
@@ -65,7 +66,7 @@ SM100_SPEED_ARRAY_INTER = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0,
 # init.cc: the ring search may find up to MAXCHANNELS / 2 channels; connect.cc then doubles
 # them (comm->nChannels = min(MAXCHANNELS, 2 nChannels)); device.h MAXCHANNELS, the newest
 # release's (NcclEra.max_channels has each release's)
-NEWEST_MAX_CHANNELS = 64
+NEWEST_MAX_CHANNELS = NCCL_MAXCHANNELS
 NCCL_MAX_NVLS_ARITY = 32  # device.h
 # search.cc bounds how long it looks (NCCL_SEARCH_TIMEOUT 1 << 14 steps); so do we
 SEARCH_BUDGET = 1 << 14
@@ -220,6 +221,10 @@ class NcclMachine:
     hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING
     speeds: SpeedTable = NEWEST_SPEEDS  # the search's speed steps
     max_channels: int = NEWEST_MAX_CHANNELS  # the release's MAXCHANNELS
+    # NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS as set (None: not set); whether the minimum
+    # applies after the maximum cut the channels (from 2.5; 2.4: no)
+    channel_limits: tuple[int | None, int | None] = (None, None)
+    min_after_max: bool = True
     _hops: dict[tuple[int, int, int], Hop] = field(default_factory=dict, repr=False)
     _routes_from: set[int] = field(default_factory=set, repr=False)  # ranks whose machine's routes are found
     _cross_hops: dict[tuple[int, int, tuple[int, int] | None], Hop] = field(default_factory=dict, repr=False)
@@ -236,7 +241,8 @@ class NcclMachine:
               hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING,
               speeds: SpeedTable = NEWEST_SPEEDS,
               max_gpus: tuple[int | None, str] = NEWEST_MAX_GPUS,
-              max_channels: int = NEWEST_MAX_CHANNELS) -> "NcclMachine":
+              max_channels: int = NEWEST_MAX_CHANNELS, min_after_max: bool = True,
+              channel_limits: tuple[int | None, int | None] = (None, None)) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of
         groups: dict[int, list[int]] = {}
@@ -301,7 +307,7 @@ class NcclMachine:
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
                    # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
                    bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling, speeds,
-                   max_channels)
+                   max_channels, channel_limits, min_after_max)
 
     @property
     def node_count(self) -> int:
@@ -801,19 +807,58 @@ class NcclMachine:
         return Graph("nvls", heads, bw, bw_inter, PATH_NVL, PATH_PIX if self.node_count > 1 else PATH_LOC)
 
     @property
-    def comm_channels(self) -> int:
-        """comm->nChannels: the ring's channels doubled (connect.cc), and doubled again across
-        machines on rings faster than 45 GB/s, from 2.18 ("Use 4 compute channels per search
-        channel to reach peak BW on <8 PPN"): on compute capability 9.0 only until 2.24
-        ("minCompCap == 90", then ">= 90"), up to 16 channels before it in 2.18-2.19
-        ("2*nChannels <= MAXCHANNELS"), fewer than 16 from 2.20."""
+    def doubled_channels(self) -> int:
+        """connect.cc: the ring graph's channels, doubled, each copy on NCCL's other tree
+        ("Duplication should be complete now"), at most MAXCHANNELS."""
+        return min(self.max_channels, 2 * self.ring.channels)
+
+    @property
+    def searched_comm_channels(self) -> int:
+        """comm->nChannels before NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the doubled channels,
+        doubled again across machines on rings faster than 45 GB/s, from 2.18 ("Use 4 compute
+        channels per search channel to reach peak BW on <8 PPN"): on compute capability 9.0
+        only until 2.24 ("minCompCap == 90", then ">= 90"), up to 16 channels before it in
+        2.18-2.19 ("2*nChannels <= MAXCHANNELS"), fewer than 16 from 2.20. The graph's
+        bandwidth is what these channels carry together."""
         ring = self.ring
-        n = min(self.max_channels, 2 * ring.channels)
+        n = self.doubled_channels
         if self.hopper_doubling is not None:
             low, high, most = self.hopper_doubling  # capabilities it applies to, channels before it
             if low <= self.capability <= high and self.node_count > 1 and ring.bw_intra > 45.0 and n <= most:
                 n = min(self.max_channels, 2 * n)
         return n
+
+    def _limited_channels(self) -> tuple[int, int]:
+        """(channels left by NCCL_MAX_NCHANNELS, then those NCCL_MIN_NCHANNELS makes of them):
+        connect.cc caps comm->nChannels at the maximum, then copies channels up to the minimum
+        ("We permit combining max, then min, to only use the first channels, then duplicate
+        them"), each at most MAXCHANNELS (ncclMinNchannels, ncclMaxNchannels). 2.4's
+        misc/rings.cc applies the minimum only where the maximum did not cut the rings
+        ("maxNrings <= *nrings") and ignores one above the maximum."""
+        n = self.searched_comm_channels
+        least, most = self.channel_limits
+        cut = n if most is None else min(n, most, self.max_channels)
+        if least is None:
+            return cut, cut
+        least = min(least, self.max_channels)
+        if not self.min_after_max and most is not None and (most <= n or least > most):
+            return cut, cut
+        return cut, max(cut, least)
+
+    @property
+    def comm_channels(self) -> int:
+        """comm->nChannels: searched_comm_channels within NCCL_MIN_NCHANNELS and
+        NCCL_MAX_NCHANNELS (_limited_channels)."""
+        return self._limited_channels()[1]
+
+    def source_channel(self, channel: int) -> int:
+        """The one of the doubled channels (doubled_channels) whose ring and tree a channel of
+        the communicator runs: connect.cc's copyChannels copies channel c from c - start, so
+        the copies made up to NCCL_MIN_NCHANNELS repeat the channels NCCL_MAX_NCHANNELS left,
+        and those of the doubling across machines repeat the doubled ones."""
+        cut, _ = self._limited_channels()
+        channel %= cut
+        return channel % self.doubled_channels
 
     def prefetch(self, hops: list[tuple[int, int, tuple[int, int] | None]]) -> None:
         """Compute the routes of many hops (a, b, NICs) in one batch (Topology.routes) before

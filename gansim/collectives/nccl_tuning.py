@@ -703,8 +703,8 @@ def proxy_channels(tuning: Tuning, algo: str, channels: int) -> list[tuple[int, 
     hop is driven by the GPU next to the channel's NIC (search.cc; with PXN, net.cc hands the
     send to that GPU's proxy), so a proxy serves the channels in use over its NIC: the ring's
     channels the NIC they leave by, the tree's the NIC of the channel's chain head, the
-    ring graph's channels on the first tree and their duplicates on the second (as nccl.py's
-    flows take them)."""
+    ring graph's channels on the first tree and their duplicates on the second, later copies
+    as the channel they copy (NcclMachine.source_channel, as nccl.py's flows take them)."""
     machine = tuning.machine
     if algo == "nvls_tree":
         n = nvls_channels(tuning.era, machine)
@@ -714,7 +714,7 @@ def proxy_channels(tuning: Tuning, algo: str, channels: int) -> list[tuple[int, 
         return [(channels, 0)]
     side = 0 if algo == "tree" else 1
     per_nic: dict[int, list[int]] = {}
-    for c in range(channels):
+    for c in map(machine.source_channel, range(channels)):
         counts = per_nic.setdefault(nics[c % len(nics)][side], [0, 0])
         counts[1 if algo == "tree" and c >= machine.ring.channels else 0] += 1
     return [(first, second) for first, second in per_nic.values()]

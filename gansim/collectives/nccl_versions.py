@@ -147,6 +147,9 @@ class NcclEra:
     # at it) and, halved, the most the ring search looks for (init.cc "ringGraph.maxChannels =
     # MAXCHANNELS/2"): 16 in v2.4.8-1, 32 from v2.5.6-1 to v2.24.3-1, 64 from v2.25.1-1
     max_channels: int = 64
+    # NCCL_MIN_NCHANNELS applies after NCCL_MAX_NCHANNELS cut the channels (connect.cc, from
+    # 2.5); 2.4's misc/rings.cc takes NCCL_MIN_NRINGS only where NCCL_MAX_NRINGS did not cut
+    min_channels_after_max: bool = True
     # tuning.cc interLat with a net plugin's latency (graph->latencyInter): added to hwLat[NET]
     # (twice for Simple, for the flush) from 2.18; 2.12-2.17 it replaced hwLat[NET]; before
     # 2.12 NCCL did not read it (plugin_latency_read False)
@@ -212,7 +215,8 @@ class NcclEra:
     def search_rules(self) -> dict:
         """The graph search's rules of this release, as NcclMachine.build takes them."""
         rules: dict = {"dup_channels": self.dup_channels, "hopper_doubling": self.hopper_doubling,
-                       "max_gpus": (self.topology_max_nodes, self.tag), "max_channels": self.max_channels}
+                       "max_gpus": (self.topology_max_nodes, self.tag), "max_channels": self.max_channels,
+                       "min_after_max": self.min_channels_after_max}
         if self.speeds is not None:
             rules["speeds"] = self.speeds
         return rules
@@ -295,7 +299,7 @@ ERA_2_6 = replace(
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
 ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds", topology_max_nodes=None,
-                  ll128_capabilities=frozenset(), max_channels=16)
+                  ll128_capabilities=frozenset(), max_channels=16, min_channels_after_max=False)
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))

@@ -66,6 +66,11 @@ NcclVersion = Annotated[str, BeforeValidator(_nccl_version_as_text), Field(min_l
 # held in gansim's names (gansim/core/nccl_env.py)
 NcclAlgo = Annotated[str, AfterValidator(lambda t: canonical(ALGORITHM, t))]
 NcclProto = Annotated[str, AfterValidator(lambda t: canonical(PROTOCOL, t))]
+# NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: channel counts up to the newest release's MAXCHANNELS
+# (device.h); an older release caps them at its own, as NCCL does (connect.cc)
+NCCL_MAXCHANNELS = 64
+NcclMinChannels = Annotated[int, Field(ge=0, le=NCCL_MAXCHANNELS)]
+NcclMaxChannels = Annotated[int, Field(ge=1, le=NCCL_MAXCHANNELS)]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 
@@ -440,6 +445,11 @@ class TrainingOptions(Strict):
     # nccl-tests without MPI) rather than one each (ncclCommInitRank: DDP, MPI); only NCCL
     # 2.4's switch from LL to Simple depends on it
     nccl_single_process: bool = False
+    # NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: the communicator's channels capped at the maximum,
+    # then duplicated up to the minimum (connect.cc; 2.4's misc/rings.cc ignores the minimum
+    # where the maximum applies). None: NCCL's own count
+    nccl_min_channels: NcclMinChannels | None = None
+    nccl_max_channels: NcclMaxChannels | None = None
 
     @model_validator(mode="after")
     def _one_sync(self) -> "TrainingOptions":

@@ -20,7 +20,8 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from gansim.collectives.nccl_tuning import NcclSettingError
-from gansim.core.config import BandwidthGBps, PositiveByteCount, RankCount, Strict, TrainingOptions, parse
+from gansim.core.config import (NCCL_MAXCHANNELS, BandwidthGBps, PositiveByteCount, RankCount, Strict,
+                                TrainingOptions, parse)
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
 from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical, without
@@ -99,6 +100,10 @@ APPLIED_ENV = {
     "NCCL_NVLS_ENABLE": ("0", "1", "2"),
 }
 _LISTS = {"NCCL_ALGO": ALGORITHM, "NCCL_PROTO": PROTOCOL}
+# connect.cc ncclMinNchannels / ncclMaxNchannels: the NCHANNELS name wins over the legacy NRINGS
+# one; the option each sets
+_CHANNEL_LIMITS = {"nccl_min_channels": ("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"),
+                   "nccl_max_channels": ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS")}
 
 
 class PublishedSystem(Strict):
@@ -133,6 +138,13 @@ class PublishedSystem(Strict):
         for key, kind in _LISTS.items():
             if key in env:
                 canonical(kind, env[key])  # its ValueError names the variable and what is allowed
+        for option, names in _CHANNEL_LIMITS.items():
+            least = 0 if option == "nccl_min_channels" else 1
+            for key in (k for k in names if k in env):
+                text = env[key].strip()
+                if not (text.isascii() and text.isdigit() and least <= int(text) <= NCCL_MAXCHANNELS):
+                    raise ValueError(f"{key}={env[key]!r} is not one the model applies; allowed: a whole number "
+                                     f"from {least} to {NCCL_MAXCHANNELS}")
         return env
 
 
@@ -170,14 +182,17 @@ class PublishedFile:
     def options(self) -> TrainingOptions:
         """The run's NCCL release, and the choices its environment allowed: NCCL_ALGO and
         NCCL_PROTO, less NVLS and NVLS-Tree where NCCL_NVLS_ENABLE=0, or NCCL_TREE_THRESHOLD=0,
-        which kept NCCL 2.4 off its tree (init.cc; releases from 2.5 no longer read it)."""
+        which kept NCCL 2.4 off its tree (init.cc; releases from 2.5 no longer read it); and
+        the channel limits it set (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS)."""
         env = self.spec.env
         algo, proto = (canonical(kind, env[key]) if key in env else None for key, kind in _LISTS.items())
         if env.get("NCCL_NVLS_ENABLE", "").strip() == "0":
             algo = without(ALGORITHM, algo, ("nvls", "nvls_tree"))
         if env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
             algo = "ring"
-        return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo, nccl_proto=proto)
+        limits = {option: int(env[key]) for option, names in _CHANNEL_LIMITS.items()
+                  for key in reversed(names) if key in env}  # the NCHANNELS name last, so it wins
+        return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo, nccl_proto=proto, **limits)
 
 
 def load_published(name: str | None = None, directory: Path | None = None) -> list[PublishedFile]:
@@ -328,6 +343,8 @@ def as_dict(files: list[PublishedFile], rows: list[PointComparison]) -> dict[str
             "systems": [{"name": f.spec.name, "kind": f.spec.kind, "nccl_version": f.spec.nccl_version,
                          "model_nccl_version": f.model_version,
                          "nccl_algo": options.nccl_algo, "nccl_proto": options.nccl_proto,
+                         "nccl_min_channels": options.nccl_min_channels,
+                         "nccl_max_channels": options.nccl_max_channels,
                          "bands": _bands_dict([r for r in rows if r.system == f.spec.name]),
                          "system": f.spec.system, "source": f.spec.source.model_dump(),
                          **dict(zip(("points", "median_abs_error", "worst_abs_error"),
