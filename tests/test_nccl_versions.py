@@ -439,6 +439,53 @@ def test_nccl_2_4_had_no_topology_to_fill(tmp_path):
     assert len(NcclMachine.build(topology, 257, **era_for("2.4.8").search_rules()).nodes[0]) == 257
 
 
+def _box(tmp_path, generator: str, gpus: int):
+    path = tmp_path / f"{generator}{gpus}.yaml"
+    path.write_text(f"name: box\ngenerator: {generator}\nparams: {{gpus: {gpus}}}\n")
+    return load_topology(str(path))
+
+
+@pytest.mark.parametrize("version, most", [("2.5.7", 32), ("2.20.5", 32), ("2.21.5", 128), ("2.24.3", 128)])
+def test_a_gpu_has_as_many_topology_links_as_the_release_allows(tmp_path, version, most):
+    """graph/topo.h NCCL_TOPO_MAX_LINKS at each tag (32 to v2.20.5-1, 128 from v2.21.5-1 to
+    v2.24.3-1, 576 from v2.25.1-1): ncclTopoConnectNodes fails on one link more ("too many Topo
+    links"). In a full NVLink mesh a GPU links to every other GPU of the communicator
+    (ncclTopoAddNvLinks skips GPUs outside it) and to its PCI parent: `most` GPUs fit, one
+    more does not, and the same box with fewer ranks builds."""
+    rules = era_for(version).search_rules()
+    mesh = _box(tmp_path, "fully_connected", most + 1)
+    with pytest.raises(UserInputError, match=f"GPU 'gpu0' would have {most + 1} links .* at most {most} "):
+        NcclMachine.build(mesh, most + 1, **rules)
+    assert NcclMachine.build(mesh, most, **rules).ranks == most
+
+
+@pytest.mark.parametrize("version, most", [("2.20.5", 32), ("2.21.5", 128)])
+def test_nccl_s_one_nvswitch_node_links_to_every_gpu_on_it(tmp_path, version, most):
+    """topo.cc: every NVSwitch is NCCL's NVS node 0, linked to each GPU on it, so a switched
+    NVLink domain of more GPUs than NCCL_TOPO_MAX_LINKS does not start (a 72-GPU domain needs
+    2.21, whose limit went from 32 to 128)."""
+    rules = era_for(version).search_rules()
+    domain = _box(tmp_path, "nvswitch", most + 1)
+    with pytest.raises(UserInputError, match=f"NVSwitch node of a machine would link to {most + 1} GPUs"):
+        NcclMachine.build(domain, most + 1, **rules)
+    assert NcclMachine.build(domain, most, **rules).ranks == most
+
+
+def test_nccl_2_4_had_no_topology_links_to_count(tmp_path):
+    assert NcclMachine.build(_box(tmp_path, "fully_connected", 40), 40, **era_for("2.4.8").search_rules()).ranks == 40
+
+
+def test_too_many_topology_links_is_one_line_naming_the_limit(tmp_path, capsys):
+    path = tmp_path / "mesh.yaml"
+    path.write_text("name: mesh\ngenerator: fully_connected\nparams: {gpus: 40}\n")
+    err = run_bad(capsys, ["nccl-tests", str(path), "-g", "40", "-b", "1M", "-e", "1M", "--nccl-version", "2.20"])
+    assert err == (f"gansim: error: {path}: algorithms: the nccl algorithm cannot run here: in NCCL v2.20.5-1's "
+                   "topology GPU 'gpu0' would have 40 links (NVLinks to 39 GPUs, its PCI parent), and a node may have "
+                   "at most 32 (NCCL_TOPO_MAX_LINKS, src/graph/topo.h; ncclTopoConnectNodes fails with \"too many "
+                   "Topo links\"); allowed: at most 32 links a node, a release that allows more (128 from 2.21, 576 "
+                   "from 2.25), or another algorithm")
+
+
 def test_too_many_gpus_in_a_machine_is_one_line_naming_the_limit(tmp_path, capsys):
     path = _crowded_box(tmp_path, 300)
     err = run_bad(capsys, ["nccl-tests", str(path), "-g", "300", "-b", "1M", "-e", "1M", "--nccl-version", "2.21.5"])

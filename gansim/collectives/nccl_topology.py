@@ -160,6 +160,7 @@ def link_efficiency(kind: str, capability: int) -> float:
 NEWEST_DUP_CHANNELS = "2.18"
 NEWEST_HOPPER_DOUBLING = (90, 1000, 15)
 NEWEST_MAX_GPUS = (640, "v2.30.7-1")  # NcclEra.topology_max_nodes, and the release's tag
+NEWEST_MAX_LINKS = (576, "v2.30.7-1")  # NcclEra.topology_max_links, and the release's tag
 # per GPU generation, from the lowest compute capability (x 10) it covers: (intra, inter)
 SpeedTable = tuple[tuple[int, tuple[float, ...], tuple[float, ...]], ...]
 NEWEST_SPEEDS: SpeedTable = ((0, SPEED_ARRAY_INTRA, SPEED_ARRAY_INTER),
@@ -198,6 +199,46 @@ class Graph:
     type_inter: int
     orders: tuple[tuple[int, ...], ...] = ()  # ring: per channel, the global rank order
     nics: tuple[tuple[int, int], ...] = ()  # ring (multi-node): per channel, (NIC in, NIC out) index per node
+
+
+def _check_topology_links(topology: Topology, rows: np.ndarray, max_links: tuple[int | None, str]) -> None:
+    """One line where a node of NCCL's topology of these rank GPUs (`rows`, node indices) would
+    have more links than the release allows (graph/topo.h NCCL_TOPO_MAX_LINKS;
+    ncclTopoConnectNodes fails with "too many Topo links"): a GPU links to each GPU it has
+    NVLinks to (merged into one link a peer), to the NVSwitch node and to its PCI parent;
+    NCCL's one NVSwitch node of a machine (topo.cc: every NVSwitch is NVS node 0) links to
+    every GPU on it. Only GPUs of the run count (NCCL's topology holds its communicator's)."""
+    most, release = max_links
+    if most is None:
+        return
+    kinds, link_kinds = topology.node_kind_codes, topology.link_kind_codes
+    tail, head = topology.ends[:, 0], topology.ends[:, 1]
+    ours = np.zeros(len(topology.nodes), dtype=bool)
+    ours[rows] = True
+    nvlink = link_kinds.mask("nvlink") & ours[tail]
+    to_gpu = nvlink & ours[head]
+    pairs = np.unique(tail[to_gpu].astype(np.int64) * len(ours) + head[to_gpu])  # NVLinks to one peer: one link
+    count = np.bincount(pairs // len(ours), minlength=len(ours))
+    switched = np.zeros(len(ours), dtype=bool)
+    switched[tail[nvlink & kinds.mask("nvswitch")[head]]] = True
+    count = count + switched + 1  # the NVSwitch node, the PCI parent
+    worst = int(np.argmax(np.where(ours, count, -1)))
+    on_switch = topology.machine_index[switched]
+    fan_in = int(np.bincount(on_switch).max()) if on_switch.size else 0
+    if count[worst] <= most and fan_in <= most:
+        return
+    ids = list(topology.nodes)
+    if count[worst] > most:
+        parts = [f"NVLinks to {int(count[worst]) - 1 - int(switched[worst])} GPUs"] + (
+            ["its NVSwitch"] if switched[worst] else []) + ["its PCI parent"]
+        what = f"GPU {ids[worst]!r} would have {int(count[worst])} links ({', '.join(parts)})"
+    else:
+        what = f"the NVSwitch node of a machine would link to {fan_in} GPUs"
+    raise UserInputError(
+        f"the nccl algorithm cannot run here: in NCCL {release}'s topology {what}, and a node may have at most "
+        f"{most} (NCCL_TOPO_MAX_LINKS, src/graph/topo.h; ncclTopoConnectNodes fails with \"too many Topo links\"); "
+        f"allowed: at most {most} links a node, a release that allows more (128 from 2.21, 576 from 2.25), "
+        f"or another algorithm", source=topology.source, field="algorithms")
 
 
 @dataclass
@@ -241,6 +282,7 @@ class NcclMachine:
               hopper_doubling: tuple[int, int, int] | None = NEWEST_HOPPER_DOUBLING,
               speeds: SpeedTable = NEWEST_SPEEDS,
               max_gpus: tuple[int | None, str] = NEWEST_MAX_GPUS,
+              max_links: tuple[int | None, str] = NEWEST_MAX_LINKS,
               max_channels: int = NEWEST_MAX_CHANNELS, min_after_max: bool = True,
               channel_limits: tuple[int | None, int | None] = (None, None)) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
@@ -263,6 +305,7 @@ class NcclMachine:
             node = nodes_of[int(not_gpu[0])]
             raise UserInputError(f"the nccl algorithm runs on GPUs; {node!r} is a {topology.nodes[node].kind}",
                                  source=topology.source, field="algorithms")
+        _check_topology_links(topology, rows, max_links)
         # a GPU's capability follows from its model or its own field: worked out once per pair
         capability_of: dict[tuple[float | None, str | None], int] = {}
         caps = []

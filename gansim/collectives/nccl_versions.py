@@ -143,6 +143,10 @@ class NcclEra:
     # nodes of type 0"): 256 from 2.5 (2.4 had no topology search) to 2.26, 576 in 2.27-2.28,
     # 640 from 2.29; None: no such bound
     topology_max_nodes: int | None = 640
+    # graph/topo.h NCCL_TOPO_MAX_LINKS: the most links one node of NCCL's topology has (NVLinks
+    # to one peer merged into one link); ncclTopoConnectNodes fails past it ("too many Topo
+    # links"): 32 from 2.5 to 2.20, 128 in 2.21-2.24, 576 from 2.25; None: no such bound (2.4)
+    topology_max_links: int | None = 576
     # device.h MAXCHANNELS: the most channels a communicator has (connect.cc caps comm->nChannels
     # at it) and, halved, the most the ring search looks for (init.cc "ringGraph.maxChannels =
     # MAXCHANNELS/2"): 16 in v2.4.8-1, 32 from v2.5.6-1 to v2.24.3-1, 64 from v2.25.1-1
@@ -215,7 +219,8 @@ class NcclEra:
     def search_rules(self) -> dict:
         """The graph search's rules of this release, as NcclMachine.build takes them."""
         rules: dict = {"dup_channels": self.dup_channels, "hopper_doubling": self.hopper_doubling,
-                       "max_gpus": (self.topology_max_nodes, self.tag), "max_channels": self.max_channels,
+                       "max_gpus": (self.topology_max_nodes, self.tag), "max_links": (self.topology_max_links, self.tag),
+                       "max_channels": self.max_channels,
                        "min_after_max": self.min_channels_after_max}
         if self.speeds is not None:
             rules["speeds"] = self.speeds
@@ -242,7 +247,7 @@ def _hw(base: dict[str, dict[str, Triple]], **changes: dict[str, Triple]) -> dic
 _NO_NVLS = {"nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0)}
 
 ERA_2_12 = NcclEra(
-    first=(2, 12), tag="v2.12.12-1", topology_max_nodes=256, max_channels=32,
+    first=(2, 12), tag="v2.12.12-1", topology_max_nodes=256, topology_max_links=32, max_channels=32,
     base_latency={"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4), **_NO_NVLS},
     hw_latency=_hw(_HW_2_12, nvlink=_NO_NVLS, pci=_NO_NVLS, net=_NO_NVLS),
     ll_max_bws=_VOLTA_AMPERE_ROWS["ll"], per_ch_ring_ll128=_LL128_20, per_ch_tree_ll128=_LL128_20,
@@ -298,7 +303,7 @@ ERA_2_6 = replace(
 # v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
-ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds", topology_max_nodes=None,
+ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds", topology_max_nodes=None, topology_max_links=None,
                   ll128_capabilities=frozenset(), max_channels=16, min_channels_after_max=False)
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
@@ -350,9 +355,10 @@ ERA_2_19 = replace(
     speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_19)), algo_list_reach="all", ring_backup="any_protocol")
 # v2.20.5-1 connect.cc: the channels doubled again across machines only below 16 of them
 ERA_2_20 = replace(ERA_2_19, first=(2, 20), tag="v2.20.5-1", hopper_doubling=(90, 90, 15))
-# v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us
+# v2.21.5-1: ring LL at .5 (was 1/4), Hopper's llMaxBws 141 / 45 / 35, NVLS hop 25 us; 128 links a
+# topology node (was 32)
 ERA_2_21 = replace(
-    ERA_2_20, first=(2, 21), tag="v2.21.5-1",
+    ERA_2_20, first=(2, 21), tag="v2.21.5-1", topology_max_links=128,
     hw_latency=_hw(ERA_2_19.hw_latency, nvlink={"nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0)}),
     ll_max_bws=ERA_2_19.ll_max_bws[:2] + ((141.0, 45.0, 35.0),), ll_ring_factor=0.5,
     ll_ring_single_node_other_factor=None, nvls_tree_first_chunk=128 * 1024,
@@ -374,8 +380,9 @@ ERA_2_23 = replace(
 ERA_2_24 = replace(ERA_2_23, first=(2, 24), tag="v2.24.3-1", pat_factor=0.75, ring_tree_again_when_none_of=(),
                    ring_backup=None)
 # v2.25.1-1: 32 NVLS channels on Blackwell (NVLS_NCHANNELS_SM100), its channels doubled across machines
-# too; MAXCHANNELS 64 (was 32)
+# too; MAXCHANNELS 64 (was 32); 576 links a topology node (was 128)
 ERA_2_25 = replace(ERA_2_24, first=(2, 25), tag="v2.25.1-1", nvls_channels_sm100=32, max_channels=64,
+                   topology_max_links=576,
                    hopper_doubling=NEWEST_HOPPER_DOUBLING,  # connect.cc "minCompCap >= 90" (was == 90)
                    speeds=_speeds((_INTRA_2_18, _INTER_2_18), (90, _SM90_2_21), (100, _SM100_2_25)))
 # v2.26.2-1: PAT only from compute capability 6.0
