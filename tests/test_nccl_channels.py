@@ -97,6 +97,19 @@ def test_small_messages_still_use_fewer_channels():
     assert row.channels == api.nccl_tests("dgx-a100", 8, minbytes="64K", maxbytes="64K").rows[0].channels < 24
 
 
+def test_nvls_keeps_its_own_channels(tmp_path):
+    """transport/nvls.cc: comm->nvlsChannels comes from NCCL_NVLS_NCHANNELS (16 on Hopper), not
+    from these settings, and enqueue.cc runs NVLS on all of them ("nc = comm->nvlsChannels"):
+    an H100 box's 1 GiB NVLS all-reduce is the same with NCCL_MAX_NCHANNELS=1."""
+    path = tmp_path / "h100.yaml"
+    path.write_text("name: h100-box\ngenerator: nvswitch\nparams: {gpus: 8, gpu_model: H100-SXM5-80GB, "
+                    "nvlink_bandwidth_GBps: 450.0}\n")
+    own, one = (api.nccl_tests(str(path), 8, minbytes="1G", maxbytes="1G", nccl_max_channels=m).rows[0]
+                for m in (None, 1))
+    assert (own.algorithm, own.channels) == (one.algorithm, one.channels) == ("nvls", 16)
+    assert one.time_us == own.time_us
+
+
 def test_explain_says_the_settings_changed_the_channels(capsys):
     assert main(["nccl-tests", "dgx-a100", "-g", "8", "-b", "256M", "-e", "256M", "--nccl-max-channels", "2",
                  "--explain"]) == 0
