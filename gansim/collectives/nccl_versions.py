@@ -219,8 +219,8 @@ class NcclEra:
     def search_rules(self) -> dict:
         """The graph search's rules of this release, as NcclMachine.build takes them."""
         rules: dict = {"dup_channels": self.dup_channels, "hopper_doubling": self.hopper_doubling,
-                       "max_gpus": (self.topology_max_nodes, self.tag), "max_links": (self.topology_max_links, self.tag),
-                       "max_channels": self.max_channels,
+                       "max_gpus": (self.topology_max_nodes, self.tag),
+                       "max_links": (self.topology_max_links, self.tag), "max_channels": self.max_channels,
                        "min_after_max": self.min_channels_after_max}
         if self.speeds is not None:
             rules["speeds"] = self.speeds
@@ -303,8 +303,9 @@ ERA_2_6 = replace(
 # v2.5.7-1: 2.6's but the tree's cap, 90 GB/s on one node and 70 across nodes
 ERA_2_5 = replace(ERA_2_6, first=(2, 5), tag="v2.5.7-1", tree_total_cap=(1, 90.0, 70.0))
 # v2.4.8-1: no tuning model yet, nor LL128: the choice by thresholds, timed by 2.5's figures
-ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds", topology_max_nodes=None, topology_max_links=None,
-                  ll128_capabilities=frozenset(), max_channels=16, min_channels_after_max=False)
+ERA_2_4 = replace(ERA_2_5, first=(2, 4), tag="v2.4.8-1; figures v2.5.7-1", choice="thresholds", topology_max_nodes=None,
+                  topology_max_links=None, ll128_capabilities=frozenset(), max_channels=16,
+                  min_channels_after_max=False)
 # v2.14.3-1: the network ring Simple latency 28 -> 9.6 us
 ERA_2_14 = replace(ERA_2_12, first=(2, 14), tag="v2.14.3-1",
                    hw_latency=_hw(ERA_2_12.hw_latency, net={"ring": (2.7, 4.0, 9.6)}))
