@@ -287,11 +287,9 @@ class NcclMachine:
               channel_limits: tuple[int | None, int | None] = (None, None)) -> "NcclMachine":
         nodes_of = topology.ranks[:ranks]
         machine = topology.machine_of
-        groups: dict[int, list[int]] = {}
-        for r, node in enumerate(nodes_of):
-            groups.setdefault(machine[node], []).append(r)
+        groups = topology.rank_groups(ranks)
         most, release = max_gpus
-        crowded = next((members for members in groups.values() if most is not None and len(members) > most), None)
+        crowded = next((members for members in groups if most is not None and len(members) > most), None)
         if crowded is not None:
             raise UserInputError(
                 f"the nccl algorithm cannot run {len(crowded)} ranks on one machine (that of {nodes_of[crowded[0]]!r}): "
@@ -333,8 +331,8 @@ class NcclMachine:
         for i in np.flatnonzero(networked & topology.node_kind_codes.mask("nic")).tolist():
             on_net.setdefault(machine[ids[i]], []).append(ids[i])
         nics: list[list[str]] = []
-        for key, members in groups.items():
-            found = sorted(on_net.get(key, []))
+        for members in groups:
+            found = sorted(on_net.get(machine[nodes_of[members[0]]], []))
             if not found:
                 # a GPU linked to the network itself (one on a network switch: the switch
                 # generator) is its machine's NIC, reached without a PCIe hop
@@ -346,7 +344,7 @@ class NcclMachine:
             raise UserInputError(f"NICs of different models {sorted(named)}: the nccl algorithm models one "
                                  "network", source=topology.source, field="nodes")
         plugin = nic_model(next(iter(named)), topology.source) if named else None
-        return cls(topology, ranks, list(groups.values()), min(caps), max(caps), vendor, on_switch,
+        return cls(topology, ranks, groups, min(caps), max(caps), vendor, on_switch,
                    # NCCL needs CUDA multicast and compute capability 9.0 for NVLS (search.cc
                    # ncclTopoCompute returns no NVLS graph "if NVS count == 0 || ccMin < 90")
                    bool(sharp and min(caps) >= 90), nics, plugin, dup_channels, hopper_doubling, speeds,
