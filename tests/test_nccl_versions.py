@@ -413,11 +413,16 @@ def test_connect_cc_doubles_fast_rings_across_machines_as_each_release_does(vers
         era.hopper_doubling[0] <= capability <= era.hopper_doubling[1]) else 28)
 
 
-def _crowded_box(tmp_path, gpus: int):
-    """One PCIe machine of `gpus` GPUs (a topology file, for the command line too)."""
-    path = tmp_path / "crowded.yaml"
-    path.write_text(f"name: crowded\ngenerator: pcie_tree\nparams: {{gpus: {gpus}}}\n")
+def _box_file(tmp_path, generator: str, gpus: int):
+    """A topology file of one machine of `gpus` GPUs made by `generator` (for the command line too)."""
+    path = tmp_path / f"{generator}{gpus}.yaml"
+    path.write_text(f"name: box\ngenerator: {generator}\nparams: {{gpus: {gpus}}}\n")
     return path
+
+
+def _crowded_box(tmp_path, gpus: int):
+    """One PCIe machine of `gpus` GPUs."""
+    return _box_file(tmp_path, "pcie_tree", gpus)
 
 
 @pytest.mark.parametrize("version, most", [("2.5.7", 256), ("2.26.2", 256), ("2.27.3", 576), ("2.28.9", 576),
@@ -440,9 +445,7 @@ def test_nccl_2_4_had_no_topology_to_fill(tmp_path):
 
 
 def _box(tmp_path, generator: str, gpus: int):
-    path = tmp_path / f"{generator}{gpus}.yaml"
-    path.write_text(f"name: box\ngenerator: {generator}\nparams: {{gpus: {gpus}}}\n")
-    return load_topology(str(path))
+    return load_topology(str(_box_file(tmp_path, generator, gpus)))
 
 
 @pytest.mark.parametrize("version, most", [("2.5.7", 32), ("2.20.5", 32), ("2.21.5", 128), ("2.24.3", 128)])
@@ -476,8 +479,7 @@ def test_nccl_2_4_had_no_topology_links_to_count(tmp_path):
 
 
 def test_too_many_topology_links_is_one_line_naming_the_limit(tmp_path, capsys):
-    path = tmp_path / "mesh.yaml"
-    path.write_text("name: mesh\ngenerator: fully_connected\nparams: {gpus: 40}\n")
+    path = _box_file(tmp_path, "fully_connected", 40)
     err = run_bad(capsys, ["nccl-tests", str(path), "-g", "40", "-b", "1M", "-e", "1M", "--nccl-version", "2.20"])
     assert err == (f"gansim: error: {path}: algorithms: the nccl algorithm cannot run here: in NCCL v2.20.5-1's "
                    "topology GPU 'gpu0' would have 40 links (NVLinks to 39 GPUs, its PCI parent), and a node may have "
