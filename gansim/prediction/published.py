@@ -27,6 +27,7 @@ from gansim.core.files import read_yaml, shipped_dir
 from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical, without
 from gansim.core.nccl_release import NEWEST_VERSION, OLDEST_VERSION, newest_release_before, parse_version
 from gansim.core.units import MiB
+from gansim.core.values import whole_number
 from gansim.prediction.nccl_tests_table import OPS, nccl_tests_table
 from gansim.topology.graph import Topology, topology_from_dict
 
@@ -101,9 +102,9 @@ APPLIED_ENV = {
 }
 _LISTS = {"NCCL_ALGO": ALGORITHM, "NCCL_PROTO": PROTOCOL}
 # connect.cc ncclMinNchannels / ncclMaxNchannels: the NCHANNELS name wins over the legacy NRINGS
-# one; the option each sets
-_CHANNEL_LIMITS = {"nccl_min_channels": ("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"),
-                   "nccl_max_channels": ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS")}
+# one; the option each sets, and its least value
+_CHANNEL_LIMITS = {"nccl_min_channels": (("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"), 0),
+                   "nccl_max_channels": (("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"), 1)}
 
 
 class PublishedSystem(Strict):
@@ -138,13 +139,13 @@ class PublishedSystem(Strict):
         for key, kind in _LISTS.items():
             if key in env:
                 canonical(kind, env[key])  # its ValueError names the variable and what is allowed
-        for option, names in _CHANNEL_LIMITS.items():
-            least = 0 if option == "nccl_min_channels" else 1
+        for names, least in _CHANNEL_LIMITS.values():
             for key in (k for k in names if k in env):
-                text = env[key].strip()
-                if not (text.isascii() and text.isdigit() and least <= int(text) <= NCCL_MAXCHANNELS):
+                try:
+                    whole_number(env[key], key, minimum=least, maximum=NCCL_MAXCHANNELS)
+                except UserInputError:
                     raise ValueError(f"{key}={env[key]!r} is not one the model applies; allowed: a whole number "
-                                     f"from {least} to {NCCL_MAXCHANNELS}")
+                                     f"from {least} to {NCCL_MAXCHANNELS}") from None
         return env
 
 
@@ -190,7 +191,7 @@ class PublishedFile:
             algo = without(ALGORITHM, algo, ("nvls", "nvls_tree"))
         if env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
             algo = "ring"
-        limits = {option: int(env[key]) for option, names in _CHANNEL_LIMITS.items()
+        limits = {option: int(env[key]) for option, (names, _) in _CHANNEL_LIMITS.items()
                   for key in reversed(names) if key in env}  # the NCHANNELS name last, so it wins
         return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo, nccl_proto=proto, **limits)
 
