@@ -557,6 +557,32 @@ def test_a_plan_alike_in_every_machine_is_played_on_one_machine_to_the_last_digi
     assert_same(fast, flowed)
 
 
+@pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "gamma_s_per_byte": 3e-11}])
+def test_a_long_periodic_play_is_reused_by_the_buckets_that_join_as_before(monkeypatch, options):
+    """A plan played on one machine's ranks (PlayPlan.periodic) over many period-steps starts
+    from joins on a grid of its time scale, as a ring's loop does: DDP's buckets, which join
+    each training step as they did the step before but for rounding, are worked out once a
+    run each: fewer than the plays, and the flow network's figures. (Here with no floor of
+    period-steps.)"""
+    monkeypatch.setattr(uncontended, "_LOOP_REUSE_MIN_RANK_STEPS", 0)
+    worked: list = []
+    steps = uncontended.UncontendedPlay._periodic_steps
+
+    def counted(self, *args):
+        worked.append(self)
+        return steps(self, *args)
+
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_steps", counted)
+    periodic = []
+    play_periodic = uncontended.UncontendedPlay._play_periodic
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_play_periodic",
+                        lambda self, *args: (periodic.append(self), play_periodic(self, *args))[1])
+    played, plays = run(monkeypatch, "multi_node", "hierarchical_ring", GAN, plays=True, **options)
+    assert len(periodic) >= 6 and 0 < len(worked) <= len(periodic) // 2
+    flowed, _ = run(monkeypatch, "multi_node", "hierarchical_ring", GAN, plays=False, **options)
+    assert_same(played, flowed)
+
+
 def test_a_plan_is_worked_out_on_one_machine_only_where_its_machines_repeat():
     """PlayPlan.periodic's period: a machine's ranks where every machine is the same; none
     where one machine's links are slower than the others', or where a step's pairs do not

@@ -231,8 +231,8 @@ class PlayPlan:
 
     def resources_of(self, shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For the slots of these shapes, one after another: per (slot, resource it crosses),
-        the slot; the resources crossed; and per row, which of them it is. The same for every
-        play of the plan, so worked out once."""
+        the slot, in the order of the resources crossed; the resources crossed, sorted; and
+        where each one's rows start. The same for every play of the plan, so worked out once."""
         found = self._resources.get(shapes)
         if found is None:
             net = self.cluster.network
@@ -242,8 +242,12 @@ class PlayPlan:
                 flow, res, _ = net.binding_pairs(self.shapes[k].route)
                 flows.append(flow + at)
                 resources.append(res)
-            used, inverse = np.unique(np.concatenate(resources), return_inverse=True)
-            found = self._resources[shapes] = (np.concatenate(flows), used, inverse.ravel())
+            resource = np.concatenate(resources)
+            order = np.argsort(resource, kind="stable")
+            resource = resource[order]
+            starts = np.flatnonzero(np.concatenate([[True], resource[1:] != resource[:-1]])) if resource.size \
+                else np.zeros(0, np.int64)
+            found = self._resources[shapes] = (np.concatenate(flows)[order], resource[starts], starts)
         return found
 
     def last_steps(self) -> dict[int, int]:
@@ -490,6 +494,16 @@ class _Periodic:
     shapes: list[_PeriodicShape]  # per shape of the plan
     amounts: list[float]  # per step, the bytes each of its transfers moves
     reduce: list[bool]  # per step, whether it reduces what it receives
+    # the plays of the plan (UncontendedPlay._play_periodic), per first step, shapes whose
+    # first starts they take and joins on the grid: what they end at, after the first join
+    plays: dict[tuple, tuple[np.ndarray, ...]] = field(default_factory=dict, repr=False)
+
+    def time_scale(self, first: int) -> float:
+        """The scale of the times a play of steps `first`... works out: each step at the
+        slowest latency and the most bytes at the slowest rate of any of its shapes."""
+        latency = max(float(shape.latency.max()) for shape in self.shapes)
+        rate = min(float(shape.rate.min()) for shape in self.shapes)
+        return ring_time_scale(len(self.amounts) - first, latency, max(self.amounts[first:]) / rate)
 
 
 @dataclass
@@ -694,16 +708,42 @@ class UncontendedPlay:
     def _play_periodic(self, form: "_Periodic", first: int, t: np.ndarray, first_start: list[np.ndarray | None],
                        last_end: list[np.ndarray | None], carried: list[np.ndarray] | None) -> None:
         """Steps `first`... of a plan with a period (PlayPlan.periodic) whose participants'
-        times so far repeat with it: played on the period's participants, each transfer of
-        a step standing for its copies P, 2P, ... places on, which start, end and reduce at
-        the same times. The same terms in the same order as `solve`'s loop over every
-        participant, so the same figures to the last digit. A step where each participant of
-        the period sends to itself (its copy: one ring per place in the machine, across the
-        machines) adds its latency, transfer time and reduction to each time: runs of such
-        steps are sums along the steps, accumulated in the loop's order."""
+        times so far repeat with it (_periodic_steps), from _LOOP_REUSE_MIN_RANK_STEPS
+        period-steps on from the first participant's time, the others' on a grid
+        (joined_on_grid), as a ring's loop is (_looped_ring): a run's plays that start as one
+        before them did but for rounding (DDP's buckets, step after step) are worked out once."""
+        period = form.period
+        seen = list(dict.fromkeys(self.plan.step_shape[first:]))  # the shapes of the steps, in order
+        takes_start = tuple(index for index in seen if first_start[index] is None)
+
+        def play(joins: np.ndarray) -> tuple[np.ndarray, ...]:
+            return self._periodic_steps(form, first, joins, takes_start, seen, carried)
+
+        joins = t[:period]
+        if (len(form.amounts) - first) * period < _LOOP_REUSE_MIN_RANK_STEPS:
+            played = play(joins.copy())
+        else:
+            played = played_from_grid(joins, form.time_scale(first), form.plays, (first, takes_start), play,
+                                      fresh=carried is not None)
+        t[:] = np.tile(played[0], t.size // period)
+        for index, start in zip(takes_start, played[1:]):
+            first_start[index] = start[form.shapes[index].stands_for]
+        for index, finish in zip(seen, played[1 + len(takes_start):]):
+            last_end[index] = finish[form.shapes[index].stands_for]
+
+    def _periodic_steps(self, form: "_Periodic", first: int, state: np.ndarray, takes_start: tuple[int, ...],
+                        seen: list[int], carried: list[np.ndarray] | None) -> tuple[np.ndarray, ...]:
+        """Steps `first`... played on the period's participants from their times `state`,
+        each transfer of a step standing for its copies P, 2P, ... places on, which start, end
+        and reduce at the same times. The same terms in the same order as `solve`'s loop over
+        every participant, so the same figures to the last digit. A step where each
+        participant of the period sends to itself (its copy: one ring per place in the
+        machine, across the machines) adds its latency, transfer time and reduction to each
+        time: runs of such steps are sums along the steps, accumulated in the loop's order.
+        Returns the times they end at, each of `takes_start`'s first starts and each of
+        `seen`'s last finishes, on the period."""
         plan = self.plan
-        period, gamma = form.period, self.gamma_s_per_byte
-        state = t[:period].copy()
+        gamma = self.gamma_s_per_byte
         step_shape, last_step = plan.step_shape, plan.last_steps()
         starts: dict[int, np.ndarray] = {}
         finishes: dict[int, np.ndarray] = {}
@@ -719,14 +759,13 @@ class UncontendedPlay:
                 amounts = np.array(form.amounts[k:end])
                 received = np.where(np.array(form.reduce[k:end]) & (gamma > 0), amounts * gamma, 0.0)
                 # per step: + latency, + bytes / rate, + what it reduces; after the times so far
-                terms = np.empty((3 * (end - k) + 1, period))
+                terms = np.empty((3 * (end - k) + 1, form.period))
                 terms[0] = state
                 terms[1::3] = shape.latency
                 terms[2::3] = amounts[:, None] / shape.rate
                 terms[3::3] = received[:, None]
                 sums = np.add.accumulate(terms, axis=0)
-                if index not in starts and first_start[index] is None:
-                    starts[index] = state
+                starts.setdefault(index, state)
                 if last_step[index] < end:
                     finishes[index] = sums[-2]
                 if carried is not None:
@@ -741,19 +780,14 @@ class UncontendedPlay:
             done = np.maximum(finish, finish[shape.back])
             if form.reduce[k] and gamma > 0:
                 done = done + amount * gamma
-            if index not in starts and first_start[index] is None:
-                starts[index] = start
+            starts.setdefault(index, start)
             if last_step[index] == k:
                 finishes[index] = finish
             if carried is not None:
                 carried[index] += amount
             state = done
             k += 1
-        t[:] = np.tile(state, t.size // period)
-        for index, start in starts.items():
-            first_start[index] = start[form.shapes[index].stands_for]
-        for index, finish in finishes.items():
-            last_end[index] = finish[form.shapes[index].stands_for]
+        return (state, *(starts[index] for index in takes_start), *(finishes[index] for index in seen))
 
     def _play_run(self, run: _RingRun, first: int, t: np.ndarray, first_start: np.ndarray, last_end: np.ndarray,
                   carried: np.ndarray | None) -> None:
@@ -867,13 +901,12 @@ class UncontendedPlay:
                   if first is not None and last is not None]
         if not shapes:
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-        flow, used, inverse = self.plan.resources_of(tuple(shapes))
-        lo = np.concatenate([first_start[k] for k in shapes])[flow]
-        hi = np.concatenate([last_end[k] for k in shapes])[flow]
-        first = np.full(used.size, np.inf)
-        last = np.full(used.size, -np.inf)
-        np.minimum.at(first, inverse, lo)
-        np.maximum.at(last, inverse, hi)
+        flow, used, starts = self.plan.resources_of(tuple(shapes))
+        if not used.size:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        # each resource's rows in a run: the least start and the last finish of each run
+        first = np.minimum.reduceat(np.concatenate([first_start[k] for k in shapes])[flow], starts)
+        last = np.maximum.reduceat(np.concatenate([last_end[k] for k in shapes])[flow], starts)
         kept = np.isfinite(first)  # not the resources of a whole's slots that no step used
         if not kept.all():
             used, first, last = used[kept], first[kept], last[kept]
