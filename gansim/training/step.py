@@ -388,8 +388,11 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
             heads, alone = longer[0], alone and not longer[1]
         else:
             break
+        # (let go before the run is built again: at 16,384 GPUs its graph is hundreds of MB)
+        del timeline
         timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
                              alone, heads=heads, nccl_states=nccl_states)
+    del timeline
     return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False,
                      nccl_states=nccl_states)
 
