@@ -82,6 +82,68 @@ def test_a_whole_search_on_arrays_is_the_heaps_to_every_tie(seed):
     assert not halves.whole_weights
 
 
+def _heap_search(graph: Digraph, source: int, high_first: bool) -> tuple[dict[int, float], dict[int, int], list[int]]:
+    """Dijkstra's search with every vertex on the heap, sinks too: distances, predecessors
+    and the order vertices leave the heap (the rule Search keeps)."""
+    import heapq
+
+    sign = -1 if high_first else 1
+    dist, pred, order, done = {source: 0.0}, {}, [], set()
+    heap = [(0.0, sign * source)]
+    rows, cols, weights = graph.edges
+    while heap:
+        d, key = heapq.heappop(heap)
+        v = sign * key
+        if v in done:
+            continue
+        done.add(v)
+        order.append(v)
+        for w, weight in zip(cols[rows == v].tolist(), weights[rows == v].tolist()):
+            if w not in done and (w not in dist or d + weight < dist[w]):
+                dist[w], pred[w] = d + weight, v
+                heapq.heappush(heap, (d + weight, sign * w))
+    return dist, pred, order
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_search_reaches_sinks_without_its_heap_and_settles_them_in_the_heaps_order(seed):
+    """Search keeps sinks (vertices with no edges out, a third here) off its heap: every
+    vertex it settles, asked for one target at a time, some within a distance, has the
+    distance and predecessor of the search with every vertex on the heap, to every tie, and
+    every vertex that search takes before a target is settled with it, but for sinks not
+    asked for (they lead nowhere)."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    rows, cols = rng.integers(0, n, 5 * n), rng.integers(0, n, 5 * n)
+    sink = rng.random(n) < 0.35
+    sink[0] = False
+    keep = (rows != cols) & ~sink[rows]
+    key = np.unique(rows[keep] * n + cols[keep])
+    rows, cols = key // n, key % n
+    g = Digraph(n, rows, cols, rng.integers(1, 4, rows.size).astype(float))
+    sink = g.degree() == 0  # (those drawn, and any other left without edges out)
+    for high_first in (False, True):
+        dist, pred, order = _heap_search(g, 0, high_first)
+        search = Search(g, [0], high_first=high_first)
+        asked: set[int] = set()
+        for target in rng.choice(n, size=12, replace=False).tolist():
+            within = float(rng.choice([np.inf, 3.0, 6.0]))
+            before_asked = target in search.settled  # (its distance, whatever `within`)
+            got = search.distance(target, within)
+            want = dist.get(target, np.inf)
+            assert got == (want if want <= within or before_asked else np.inf)
+            if np.isfinite(want) and want <= within:
+                asked.add(target)
+                # everything the heap takes before the target, but sinks not asked for
+                before = order[:order.index(target) + 1]
+                assert {v for v in before if not sink[v] or v in asked} <= search.settled
+            for v in search.settled:
+                assert search.dist[v] == dist[v] and search.pred.get(v) == pred.get(v)
+        search.settle()
+        assert search.settled == set(order)
+        assert search.found()[:2] == (dist, pred)
+
+
 def test_components_numbers_parts_by_their_smallest_vertex():
     label = components(7, np.array([5, 1, 3]), np.array([6, 4, 1]))
     assert label.tolist() == [0, 1, 2, 1, 1, 3, 3]

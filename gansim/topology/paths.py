@@ -58,6 +58,8 @@ class _Adjacency(Sequence[list[tuple[int, float]]]):
     def __init__(self, starts: np.ndarray, cols: np.ndarray, weights: np.ndarray):
         self._starts, self._cols, self._weights = starts, cols, weights
         self._made: dict[int, list[tuple[int, float]]] = {}
+        self._split: dict[int, tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
+        self._sink = np.diff(starts) == 0  # per vertex: no edges out (a rank device's sink)
 
     def __len__(self) -> int:
         return self._starts.size - 1
@@ -79,6 +81,18 @@ class _Adjacency(Sequence[list[tuple[int, float]]]):
             found = self._made[v] = list(zip(self._cols[lo:hi].tolist(), self._weights[lo:hi].tolist()))
         return found
 
+    def split(self, v: int) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """v's edges into vertices with edges out, then those into sinks (none out), which a
+        search reaches but never goes on from."""
+        found = self._split.get(v)
+        if found is None:
+            lo, hi = int(self._starts[v]), int(self._starts[v + 1])
+            edges = list(zip(self._cols[lo:hi].tolist(), self._weights[lo:hi].tolist()))
+            into_sink = self._sink[self._cols[lo:hi]].tolist()
+            found = self._split[v] = ([e for e, dead in zip(edges, into_sink) if not dead],
+                                      [e for e, dead in zip(edges, into_sink) if dead])
+        return found
+
 
 class Search:
     """Dijkstra's search from `sources` that settles vertices as they are asked for: each
@@ -86,7 +100,15 @@ class Search:
     was asked before (vertices leave the heap in the same order; a vertex's predecessor comes
     from a vertex settled before it). Vertices in `skip` are never entered. Vertices of equal
     distance leave the heap lowest first, or highest first with `high_first` (as scipy's
-    Dijkstra, which gansim used before, ordered them: see Topology._search_routes)."""
+    Dijkstra, which gansim used before, ordered them: see Topology._search_routes).
+
+    A sink (a vertex with no edges out: a rank device's, as Topology routes it) is reached
+    but never put on the heap, since nothing goes on from it: its distance and predecessor
+    are those its in-edges give, and it is settled where the heap would have given it, once
+    every vertex before it in the heap's order has left (then nothing can reach it shorter).
+    On a fabric of many machines a search from one GPU reaches other GPUs' sinks before the
+    farther switches it is routed through: on a rail fabric of 1,024 GPUs, a search for a
+    route between leaf groups settles 2,211 vertices, 1,024 of them sinks."""
 
     def __init__(self, graph: Digraph, sources: Iterable[int], *, skip: set[int] | frozenset[int] = frozenset(),
                  high_first: bool = False):
@@ -96,7 +118,8 @@ class Search:
         self.settled: set[int] = set()
         self._sign = -1 if high_first else 1
         self._heap: list[tuple[float, int]] = []
-        self._out, self._skip = graph.out, skip
+        self._split, self._skip = graph.out.split, skip
+        self._reached: set[int] = set()  # sinks with a distance, not settled yet
         for s in sources:
             if s not in self.dist:
                 self.dist[s] = 0.0
@@ -110,20 +133,38 @@ class Search:
         settled = self.settled
         wanted = set(targets) - settled if targets is not None else None
         dist, pred, origin = self.dist, self.pred, self.origin
-        heap, out, skip, sign = self._heap, self._out, self._skip, self._sign
+        heap, split, skip, sign = self._heap, self._split, self._skip, self._sign
+        reached = self._reached
+        # the wanted sinks reached, in the heap's order: each settled when it comes first
+        due = [(dist[t], sign * t) for t in wanted & reached] if wanted is not None else []
+        heapq.heapify(due)
         while heap and (wanted is None or wanted):
             d, key = heap[0]
             v = sign * key
             if v in settled:
                 heapq.heappop(heap)
                 continue
+            while due and due[0] < (d, key):
+                t_dist, t_key = heapq.heappop(due)
+                t = sign * t_key
+                if t in settled or dist[t] != t_dist:
+                    continue  # (reached again, shorter: its entry after)
+                if t_dist > within:
+                    self._settle_reached(within)
+                    return
+                self._settle_sink(t)
+                wanted.discard(t)  # type: ignore[union-attr]
+                if not wanted:
+                    return
             if d > within:
+                self._settle_reached(within)
                 return
             heapq.heappop(heap)
             settled.add(v)
             if wanted is not None:
                 wanted.discard(v)
-            for w, weight in out[v]:
+            live, into_sinks = split(v)
+            for w, weight in live:
                 if w in settled or w in skip:
                     continue
                 nd = d + weight
@@ -133,6 +174,29 @@ class Search:
                     pred[w] = v
                     origin[w] = origin[v]
                     heapq.heappush(heap, (nd, sign * w))
+            for w, weight in into_sinks:
+                if w in settled or w in skip:
+                    continue
+                nd = d + weight
+                old = dist.get(w)
+                if old is None or nd < old:
+                    dist[w] = nd
+                    pred[w] = v
+                    origin[w] = origin[v]
+                    reached.add(w)
+                    if wanted is not None and w in wanted:
+                        heapq.heappush(due, (nd, sign * w))
+        if not heap:  # every vertex it reaches has left the heap: the sinks' distances are final
+            self._settle_reached(within)
+
+    def _settle_sink(self, t: int) -> None:
+        self.settled.add(t)
+        self._reached.discard(t)
+
+    def _settle_reached(self, within: float) -> None:
+        """Settle the sinks reached within `within` (every vertex before them has left the heap)."""
+        for t in [t for t in self._reached if self.dist[t] <= within]:
+            self._settle_sink(t)
 
     def distance(self, v: int, within: float) -> float:
         """v's distance where it is at most `within` (or v was settled before), else inf."""
