@@ -117,6 +117,14 @@ EXTRA = {s.name: s for s in (
           ALLREDUCE, "ring", options={"chunks": 4}),
     Shape("rail_gan_ddp_ring", f"`{GAN}` with DDP buckets, ring, rail-optimised leaf-spine fabric", rail_machines,
           GAN, "ring", 10, {"overlap": True}),
+    Shape("rail_gan_ddp_halving_doubling", f"`{GAN}` with DDP buckets, `halving_doubling`, rail-optimised leaf-spine "
+          "fabric", rail_machines, GAN, "halving_doubling", 10, {"overlap": True}),
+    Shape("few_host_cores_stragglers", f"`{GAN}` with DDP buckets, nccl, 4 host cores for 8 GPUs, ranks' compute "
+          "varying (`compute_cv: 0.1`)", lambda gpus: nvswitch_machines(gpus, host_cores=4), GAN, "nccl", 10,
+          {"overlap": True, "compute_cv": 0.1}),
+    Shape("gan_ddp_ring_fp16", f"`{GAN}` with DDP buckets, ring, gradients all-reduced in fp16 "
+          "(`gradient_dtype: fp16`), NVSwitch machines", nvswitch_machines, GAN, "ring", 10,
+          {"overlap": True, "gradient_dtype": "fp16"}),
 )}
 PREDICT = "predict"  # `gansim predict --world-sizes N` on a calibrated CPU host
 # the same profile predicted on NVSwitch machines (its compute moved there by the roofline,
