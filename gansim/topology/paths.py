@@ -195,8 +195,14 @@ class Search:
 
     def _settle_reached(self, within: float) -> None:
         """Settle the sinks reached within `within` (every vertex before them has left the heap)."""
-        for t in [t for t in self._reached if self.dist[t] <= within]:
-            self._settle_sink(t)
+        dist, reached = self.dist, self._reached
+        if within == np.inf:
+            self.settled |= reached
+            reached.clear()
+            return
+        done = {t for t in reached if dist[t] <= within}
+        self.settled |= done
+        reached -= done
 
     def distance(self, v: int, within: float) -> float:
         """v's distance where it is at most `within` (or v was settled before), else inf."""
