@@ -164,28 +164,22 @@ class Search:
             if wanted is not None:
                 wanted.discard(v)
             live, into_sinks = split(v)
-            for w, weight in live:
-                if w in settled or w in skip:
-                    continue
-                nd = d + weight
-                old = dist.get(w)
-                if old is None or nd < old:
-                    dist[w] = nd
-                    pred[w] = v
-                    origin[w] = origin[v]
-                    heapq.heappush(heap, (nd, sign * w))
-            for w, weight in into_sinks:
-                if w in settled or w in skip:
-                    continue
-                nd = d + weight
-                old = dist.get(w)
-                if old is None or nd < old:
-                    dist[w] = nd
-                    pred[w] = v
-                    origin[w] = origin[v]
-                    reached.add(w)
-                    if wanted is not None and w in wanted:
-                        heapq.heappush(due, (nd, sign * w))
+            for edges, onto_heap in ((live, True), (into_sinks, False)):
+                for w, weight in edges:
+                    if w in settled or w in skip:
+                        continue
+                    nd = d + weight
+                    old = dist.get(w)
+                    if old is None or nd < old:
+                        dist[w] = nd
+                        pred[w] = v
+                        origin[w] = origin[v]
+                        if onto_heap:
+                            heapq.heappush(heap, (nd, sign * w))
+                        else:
+                            reached.add(w)
+                            if wanted is not None and w in wanted:
+                                heapq.heappush(due, (nd, sign * w))
         if not heap:  # every vertex it reaches has left the heap: the sinks' distances are final
             self._settle_reached(within)
 
