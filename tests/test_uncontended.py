@@ -489,6 +489,43 @@ def test_a_ring_played_from_its_base_arrays_gives_the_same_figures_to_the_last_d
     assert_same(fast, flowed)
 
 
+@pytest.mark.parametrize("options", [{"gamma_s_per_byte": 3e-11}, {}])
+def test_a_looped_ring_that_repeats_is_looped_on_its_period_to_the_last_digit(monkeypatch, options):
+    """A ring looped step by step (here with no floor of participants, and no max-plus map)
+    whose bytes are equal on every slot and whose latencies, rates and joins repeat every P
+    ranks is looped on the ring of its first P closed on itself: a machine's 4 of the 12.
+    The figures, what each resource carried and when it was used are those of the loop over
+    every rank, to the last digit, and the flow network's."""
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", lambda *args: None)
+    workload = {"allreduce_bytes": 4 * 120_000}  # 10,000 elements a segment on each of the 12 ranks
+    looped: list[int] = []
+    steps = uncontended.UncontendedPlay._ring_steps
+
+    def counted(play, views, first, t_ring, *args):
+        looped.append(t_ring.size - 1)
+        return steps(play, views, first, t_ring, *args)
+
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_ring_steps", counted)
+    monkeypatch.setattr(uncontended, "_PERIODIC_LOOP_MIN_PARTICIPANTS", 0)
+    kept: list = []
+    fast, plays = run(monkeypatch, "multi_node", "ring", workload, plays=True, kept=kept, **options)
+    assert plays == 3 and looped == [4] * 3
+    monkeypatch.setattr(uncontended, "_PERIODIC_LOOP_MIN_PARTICIPANTS", 10**9)
+    every_kept: list = []
+    every, _ = run(monkeypatch, "multi_node", "ring", workload, plays=True, kept=every_kept, **options)
+    assert looped[3:] == [12] * 3
+    flowed, _ = run(monkeypatch, "multi_node", "ring", workload, plays=False, **options)
+    for key in FIGURES:
+        assert getattr(fast, key) == getattr(every, key), key
+    assert fast.breakdown.to_dict() == every.breakdown.to_dict()
+    assert fast.bottleneck == every.bottleneck
+    for fast_play, every_play in zip(kept[:plays], every_kept[:plays]):
+        for mine, theirs in zip((*fast_play.resource_spans(), *fast_play.carried()),
+                                (*every_play.resource_spans(), *every_play.carried())):
+            np.testing.assert_array_equal(mine, theirs)
+    assert_same(fast, flowed)
+
+
 @pytest.mark.parametrize("topology", ["switch", "multi_node"])
 @pytest.mark.parametrize("options", [{"gamma_s_per_byte": 3e-11}, {}, {"overlap": True}])
 def test_a_ring_alike_in_every_machine_is_worked_out_on_one_period_of_them(monkeypatch, topology, options):

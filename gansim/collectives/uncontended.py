@@ -68,6 +68,9 @@ _GRID_BITS = 36
 # loops, which cost less than a tenth of a second, are played from the joins as they are,
 # and their figures are the step-by-step play's to the last digit
 _LOOP_REUSE_MIN_RANK_STEPS = 1 << 24
+# A ring looped over more participants than this is looped on the period they repeat with,
+# where they do (_ring_loop): below it numpy's calls cost more than their arrays
+_PERIODIC_LOOP_MIN_PARTICIPANTS = 64
 
 
 @dataclass
@@ -856,11 +859,40 @@ class UncontendedPlay:
                    start: np.ndarray, carried: np.ndarray | None) -> np.ndarray:
         """Steps `first`... of a single ring (`solve`'s successor case, whose figures it gives
         to the last digit), with nothing per step but the recurrence's array operations and
-        the slices of its views."""
+        the slices of its views. Where every step moves the same bytes on every slot and the
+        latencies, the rates, the times so far (and the bytes carried so far) repeat every P
+        slots, P < n (a rail fabric's ring repeats pod by pod), participants P apart do the
+        same arithmetic on the same figures step after step: the loop runs on the ring of the
+        first P closed on itself, which is that ring to the last digit, and its figures are
+        laid out n / P times."""
+        n_part = t_ring.size - 1
+        latency = self.plan.shapes[0].latency
+        period = None
+        if views.equal_shares and n_part > _PERIODIC_LOOP_MIN_PARTICIPANTS:
+            period = shortest_period(latency, self.plan.shapes[0].rate, t_ring[:n_part],
+                                     *(() if carried is None else (carried,)), longest=n_part // 2)
+        if period is None:
+            return self._ring_steps(views, first, t_ring, finish_ring, start, carried, latency)
+        copies = n_part // period
+        t_small, finish_small = t_ring[:period + 1].copy(), np.empty(period + 1)
+        carried_small = None if carried is None else carried[:period].copy()
+        finish = self._ring_steps(views, first, t_small, finish_small, start[:period], carried_small,
+                                  latency[:period])
+        t_ring[:n_part] = np.tile(t_small[:period], copies)
+        t_ring[n_part] = t_ring[0]
+        finish_ring[1:] = np.tile(finish, copies)
+        finish_ring[0] = finish_ring[n_part]
+        if carried is not None:
+            carried[:] = np.tile(carried_small, copies)
+        return finish_ring[1:]
+
+    def _ring_steps(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
+                    start: np.ndarray, carried: np.ndarray | None, latency: np.ndarray) -> np.ndarray:
+        """_ring_loop's steps on the ring of t_ring.size - 1 participants (its first ones,
+        the ring closed on itself), each with its `latency`."""
         n_part = t_ring.size - 1
         t, finish = t_ring[:n_part], finish_ring[1:]
         before, after = t_ring[1:], finish_ring[:n_part]
-        latency = self.plan.shapes[0].latency
         windows, divided, window_bytes = views.windows, views.divided, views.window_bytes
         scaled = views.scaled
         reduce = views.reduce

@@ -153,7 +153,7 @@ class Search:
                     self._settle_reached(within)
                     return
                 self._settle_sink(t)
-                wanted.discard(t)  # type: ignore[union-attr]
+                wanted.discard(t)
                 if not wanted:
                     return
             if d > within:
