@@ -254,7 +254,7 @@ def test_routes_from_copies_of_a_machine_through_the_one_switch_are_each_sources
 
     monkeypatch.setattr(graph_module.Topology, "_copied_through_the_hub", counted)
     # (routes of four links, out through a NIC and in through another, are found before a
-    # search without this: test_a_route_of_up_to_four_links_found_without_a_search_is_the_whole_searchs)
+    # search without this: test_a_route_of_up_to_six_links_found_without_a_search_is_the_whole_searchs)
     monkeypatch.setattr(graph_module._Edges, "unique_shortest",
                         lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
                                              np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
@@ -276,11 +276,13 @@ def test_routes_from_copies_of_a_machine_through_the_one_switch_are_each_sources
     assert found == expected
 
 
-def test_a_route_of_up_to_four_links_found_without_a_search_is_the_whole_searchs(monkeypatch):
-    """_Edges.unique_shortest answers a pair only where its route of at most four links is
+def test_a_route_of_up_to_six_links_found_without_a_search_is_the_whole_searchs(monkeypatch):
+    """_Edges.unique_shortest answers a pair only where its route of at most six links is
     the only shortest one; small integer weights on random graphs make many routes equally
-    short, and some vertices hubs. Every route it gives is the one the whole search takes."""
+    short, and some vertices hubs. Every route it gives is the one the whole search takes,
+    routes of five and six links among them."""
     answered = 0
+    lengths: set[int] = set()
     for seed in range(30):
         rng = np.random.default_rng(seed)
         n = 30
@@ -297,7 +299,8 @@ def test_a_route_of_up_to_four_links_found_without_a_search_is_the_whole_searchs
             expected = [int(np.flatnonzero((rows == u) & (cols == v))[0]) for u, v in zip(path, path[1:])]
             assert links[k, :count[k]].tolist() == expected and (links[k, count[k]:] == -1).all(), (seed, k)
             answered += 1
-    assert answered > 100
+            lengths.add(int(count[k]))
+    assert answered > 100 and {5, 6} <= lengths
 
 
 def test_routes_between_machines_of_a_rail_leaf_are_found_without_a_search():
@@ -311,5 +314,28 @@ def test_routes_between_machines_of_a_rail_leaf_are_found_without_a_search():
     dst = np.array([position[f"n{m + 1}.gpu{j}"] for m in range(3) for j in range(4)])
     count, links = topo.short_route_links(src, dst)
     assert (count == 4).all()
-    assert [topo.link_names[i] for i in links[0]] == ["n0.gpu0->n0.nic0", "n0.nic0->leaf0.rail0",
-                                                      "leaf0.rail0->n1.nic0", "n1.nic0->n1.gpu0"]
+    assert [topo.link_names[i] for i in links[0, :4]] == ["n0.gpu0->n0.nic0", "n0.nic0->leaf0.rail0",
+                                                          "leaf0.rail0->n1.nic0", "n1.nic0->n1.gpu0"]
+    assert (links[:, 4:] == -1).all()  # (-1 past each route's links)
+
+
+def test_routes_between_leaf_groups_through_one_spine_are_found_without_a_search(monkeypatch):
+    """GPU j of a machine to GPU j of a machine in another leaf group, where one spine joins
+    the two leaves of rail j: out through NIC j, up to the spine and down, in through NIC j,
+    the only shortest route of six links, found without a search and the search's own."""
+    spec = {"generator": "multi_node", "params": {"nodes": 8, "gpus_per_node": 4, "fabric": "rail",
+                                                  "machines_per_leaf": 4, "machines_per_pod": 8}}
+    topo = topology_from_dict({"name": "t", **spec}, "test")
+    position = topo.node_index
+    pairs = [(f"n{m}.gpu{j}", f"n{m + 4}.gpu{j}") for m in range(4) for j in range(4)]
+    count, links = topo.short_route_links(np.array([position[a] for a, _ in pairs]),
+                                          np.array([position[b] for _, b in pairs]))
+    assert (count == 6).all()
+    assert [topo.link_names[i] for i in links[0]] == [
+        "n0.gpu0->n0.nic0", "n0.nic0->leaf0.rail0", "leaf0.rail0->spine0", "spine0->leaf1.rail0",
+        "leaf1.rail0->n4.nic0", "n4.nic0->n4.gpu0"]
+    monkeypatch.setattr(graph_module._Edges, "unique_shortest",
+                        lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
+                                             np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
+    searched = topology_from_dict({"name": "t", **spec}, "test").routes(pairs)
+    assert [links[k].tolist() for k in range(len(pairs))] == [r.links.tolist() for r in searched]

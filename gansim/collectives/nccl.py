@@ -432,7 +432,7 @@ def _copied_hop_loads(cluster: Cluster, machine: NcclMachine, wire: float, src: 
 
 def _routes_between(topo, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The routes from nodes a[i] to b[i] (indices): per pair its count of links, and the
-    links end to end; those of one or two links found at once (Topology.short_route_links),
+    links end to end; those found without a search all at once (Topology.short_route_links),
     the others one by one."""
     keys, inverse = unique_pairs(a, b)
     count, pair = topo.short_route_links(keys[:, 0], keys[:, 1])

@@ -25,7 +25,7 @@ RANK_KINDS = ("gpu", "cpu")
 HUB_DEGREE = 64
 # routes of up to this many links that are the only shortest are found without a search
 # (Topology._short_routes)
-_SHORT_ROUTE_LINKS = 4
+_SHORT_ROUTE_LINKS = 6
 
 
 @dataclass(frozen=True)
@@ -906,18 +906,22 @@ class _Edges:
     def unique_shortest(self, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each (s, t) vertex pair, the route of at most _SHORT_ROUTE_LINKS links that is
         the only shortest one, so that every search finds it whatever its order of ties: every
-        walk of up to that many links is a walk of at most two links out of s met by one of
-        at most two links into t (each length split one way: 1 = 1 + 0, 2 = 1 + 1, 3 = 2 + 1,
+        walk of up to four links is a walk of at most two links out of s met by one of at most
+        two links into t (each length split one way: 1 = 1 + 0, 2 = 1 + 1, 3 = 2 + 1,
         4 = 2 + 2), and every longer route weighs at least the lightest such walk of two links
         out of s to a vertex with edges out, the lightest edge of all, and the lightest walk of
         two links into t from a vertex with edges in. A route from a GPU to a GPU of another
         machine, out through its NIC and in through the other's (four links), is such, on a
-        leaf of a rail fabric or a network switch. Where a walk would go on from a hub (its
-        edges are too many), only routes of one or two links are looked at, every longer one
-        weighing at least the lightest edge out of s, the lightest of all and the lightest into
-        t (a NIC to a NIC through the network switch); pairs whose ends are hubs are left to
-        the search. Returns (per pair its count of links, 0: none found; the links, -1 past
-        the count)."""
+        leaf of a rail fabric or a network switch. Pairs that no route of four links settles
+        so are looked at with walks of three links out of s (5 = 3 + 2, 6 = 3 + 3) and the
+        same kind of bound (three links out, one, three in): a route up to a spine and down to
+        a leaf group of its own (six links). Where a walk would go on from a hub (its edges
+        are too many), no longer walks are looked at: from a hub one link on, only routes of
+        one or two links, every longer one weighing at least the lightest edge out of s, the
+        lightest of all and the lightest into t (a NIC to a NIC through the network switch);
+        from one two links on, none of five or six. Pairs whose ends are hubs are left to the
+        search. Returns (per pair its count of links, 0: none found; the links, -1 past the
+        count)."""
         count_of = np.zeros(s.size, dtype=np.int64)
         links_of = np.full((s.size, _SHORT_ROUTE_LINKS), -1, dtype=np.int64)
         hub = (self.out_degree > HUB_DEGREE) | (self.in_degree > HUB_DEGREE)
@@ -993,17 +997,49 @@ class _Edges:
         meet(4, two_out, two_in)
         # a longer route still: two edges out of s to a vertex it goes on from, one edge or
         # more, then two edges into t from a vertex it came to
-        out_two, into_two = np.full(pairs.size, np.inf), np.full(pairs.size, np.inf)
-        going = self.out_degree[self.cols[out2]] > 0
-        np.minimum.at(out_two, of2[going], two_out[2][going])
-        coming = self.in_degree[self.rows[in2]] > 0
-        np.minimum.at(into_two, into2[coming], two_in[2][coming])
-        longer = np.where(settled, longer, out_two + self.shortest + into_two)
+        longer = np.where(settled, longer, self._beyond_walks(two_out, two_in, pairs.size))
+        # routes of five and six links (a GPU out through its host to another NIC, and on
+        # through a leaf to a GPU of another machine), three edges out of s met by two or
+        # three into t, for the pairs no shorter route settled whose walks of two edges end
+        # off the hubs; every longer route weighs at least three edges out, one and three in
+        deep = ~(settled | ((count == 1) & (best * (1.0 + 1e-12) < longer)))
+        deep[of2[hub[two_out[1]]]] = False
+        deep[into2[hub[two_in[1]]]] = False
+        if deep.any():
+            three_out = self._walks_on(two_out, deep, self.out_start, self.cols, forward=True)
+            three_in = self._walks_on(two_in, deep, self.in_start, self.rows, forward=False)
+            meet(5, three_out, two_in)
+            meet(6, three_out, three_in)
+            longer = np.where(deep, self._beyond_walks(three_out, three_in, pairs.size), longer)
         unique = (count == 1) & (best * (1.0 + 1e-12) < longer) & (length_of > 0)  # (a margin against rounding)
         found_pairs = pairs[unique]
         count_of[found_pairs] = length_of[unique]
         links_of[found_pairs] = np.where(chosen[unique] >= 0, self.links[np.maximum(chosen[unique], 0)], -1)
         return count_of, links_of
+
+    def _walks_on(self, walks: tuple, wanted: np.ndarray, start: np.ndarray, ends: np.ndarray,
+                  forward: bool) -> tuple:
+        """Walks (pair, end, weight, edges) of one edge more, for the pairs `wanted`: out of
+        each walk's end (`forward`) or into its start, the new edge last or first."""
+        pair, end, weight, edges = walks
+        on = wanted[pair]
+        more, at = self.expand(start, end[on])
+        if not forward:
+            more = self.in_order[more]
+        kept = [e[on][at] for e in edges]
+        return (pair[on][at], ends[more], weight[on][at] + self.weights[more],
+                kept + [more] if forward else [more] + kept)
+
+    def _beyond_walks(self, out_walks: tuple, in_walks: tuple, pairs: int) -> np.ndarray:
+        """Per pair, what any route longer than the two kinds of walks met weighs at least:
+        the lightest walk out of s to a vertex it goes on from, the lightest edge, and the
+        lightest walk into t from a vertex it came to."""
+        lightest_out, lightest_in = np.full(pairs, np.inf), np.full(pairs, np.inf)
+        going = self.out_degree[out_walks[1]] > 0
+        np.minimum.at(lightest_out, out_walks[0][going], out_walks[2][going])
+        coming = self.in_degree[in_walks[1]] > 0
+        np.minimum.at(lightest_in, in_walks[0][coming], in_walks[2][coming])
+        return lightest_out + self.shortest + lightest_in
 
     @staticmethod
     def expand(start: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
