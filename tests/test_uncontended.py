@@ -3,6 +3,8 @@ the same runs played transfer by transfer on it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -366,6 +368,32 @@ def run_private(monkeypatch, topology: str, delays: bool, workload=GAN, algorith
     record = simulate_point(scenario, topo, gpus, algorithm, on_timeline=lambda tl: timed.append(
         int(ran_alone(tl.graph.kind, tl.graph.route).sum())))
     return record, timed[0]
+
+
+def test_compression_beside_the_next_buckets_backward_is_built_as_flows_at_once(monkeypatch):
+    """fp16 gradients with DDP buckets: each bucket's compression runs on the GPU as the next
+    piece of the backward starts there, so compute timed as delays is sure to meet other
+    compute. The run is not played that way first: its graph is built again with compute as
+    flows before it is executed (one execution, not two), with the figures of compute as
+    flows from the start."""
+    from gansim.training import step as step_module
+
+    executed = []
+    execute = step_module.execute
+    monkeypatch.setattr(step_module, "execute", lambda *args: (executed.append(1), execute(*args))[1])
+    # GPUs whose memory bandwidth is known, so that compressing costs time (StepBuilder.quantize_s)
+    monkeypatch.setitem(TOPOLOGIES, "hbm", {"generator": "multi_node", "params": {
+        "nodes": 3, "gpus_per_node": 4, "intra_params": {"gpu_memory_bandwidth_GBps": 2039.0}}})
+    options = {"overlap": True, "gradient_dtype": "fp16"}
+    as_delays, _ = run_private(monkeypatch, "hbm", delays=True, workload="dcgan", **options)
+    assert len(executed) == 1
+    as_flows, _ = run_private(monkeypatch, "hbm", delays=False, workload="dcgan", **options)
+    # (its events are those of a run played again, as before: counted apart)
+    assert replace(as_delays, simulated_events=0) == replace(as_flows, simulated_events=0)
+    # where nothing compresses, compute is timed as delays and the run executed once
+    executed.clear()
+    plain, timed = run_private(monkeypatch, "hbm", delays=True, workload="dcgan", overlap=True)
+    assert len(executed) == 1 and timed > 0
 
 
 @pytest.mark.parametrize("topology", ["switch", "multi_node"])

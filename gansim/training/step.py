@@ -136,6 +136,9 @@ class StepBuilder:
         # flows can, since each phase is timed once every rank's previous task has ended.
         self.pooled = pooled and large and self.loader_kind == FLOW and cluster.loader_pool is not None
         self.pooled_groups: list[PooledGroup] = []
+        # whether compute timed as a delay is sure to meet other compute on its resource
+        # (ddp_bucketed: a bucket's compression beside the next bucket's backward)
+        self.delays_meet = False
 
     @cached_property
     def h2d_kind(self) -> int:
@@ -331,6 +334,10 @@ def ddp_bucketed(b: StepBuilder, after: np.ndarray, net: str, backward: float, g
         piece_done = b.compute(piece_done, backward * size / total, f"{net} backward (bucket {i})")
         entry = piece_done if comm_done is None else b.join(piece_done, comm_done, label=f"{net} bucket {i} ready")
         comm_done = b.allreduce(entry, size, f"{net} all-reduce (bucket {i})")
+        if i == 0 and len(buckets) > 1 and b.compute_kind == DELAY and b.quantize_s(size) > 0 and backward > 0:
+            # the first bucket's compression starts as the next piece of the backward does, on
+            # the same device
+            b.delays_meet = True
     assert comm_done is not None
     return b.join(piece_done, comm_done, label=f"{net} gradients ready")
 
@@ -378,7 +385,7 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
                          alone, pooled=uncontended, heads=heads, nccl_states=nccl_states)
     for _ in range(_MAX_REPLAYS):
-        shared = _what_was_shared(timeline)
+        shared = _WORK if timeline is None else _what_was_shared(timeline)
         if shared is None:
             return timeline
         if shared == _WORK and alone:
@@ -488,7 +495,7 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> tuple[dict[in
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
               alone: bool, pooled: bool = False, heads: dict[int, int] | None = None, *,
-              nccl_states: dict) -> RunTimeline:
+              nccl_states: dict) -> RunTimeline | None:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -513,6 +520,8 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                                                                                               point.options)
         for step in range(point.steps):
             after = builder.gan_step(after, workload, phases, step)
+            if builder.delays_meet:
+                return None  # (work timed as alone is sure to meet other work: the caller builds it as flows)
             step_ends.append(after)
     frozen = graph.freeze()
     if builder.pooled_groups and bool((frozen.kind == FLOW).any()):
