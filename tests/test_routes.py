@@ -334,6 +334,11 @@ def test_routes_between_leaf_groups_through_one_spine_are_found_without_a_search
     assert [topo.link_names[i] for i in links[0]] == [
         "n0.gpu0->n0.nic0", "n0.nic0->leaf0.rail0", "leaf0.rail0->spine0", "spine0->leaf1.rail0",
         "leaf1.rail0->n4.nic0", "n4.nic0->n4.gpu0"]
+    # past the bound on walks of three links, they are left to the search
+    monkeypatch.setattr(graph_module, "_THREE_LINK_WALKS_MAX_ROWS", 0)
+    count, _ = topo.short_route_links(np.array([position[a] for a, _ in pairs]),
+                                      np.array([position[b] for _, b in pairs]))
+    assert (count == 0).all()
     monkeypatch.setattr(graph_module._Edges, "unique_shortest",
                         lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
                                              np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))

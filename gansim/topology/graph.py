@@ -26,6 +26,9 @@ HUB_DEGREE = 64
 # routes of up to this many links that are the only shortest are found without a search
 # (Topology._short_routes)
 _SHORT_ROUTE_LINKS = 6
+# the walks of three links out of and into their ends that _Edges.unique_shortest makes at
+# most, in all, for routes of five and six links
+_THREE_LINK_WALKS_MAX_ROWS = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -1005,7 +1008,10 @@ class _Edges:
         deep = ~(settled | ((count == 1) & (best * (1.0 + 1e-12) < longer)))
         deep[of2[hub[two_out[1]]]] = False
         deep[into2[hub[two_in[1]]]] = False
-        if deep.any():
+        # (walks of three links a pair are at most its walks of two times 64: many pairs on a
+        # graph of busy switches would be too many rows, and are left to the search)
+        rows = int(self.out_degree[two_out[1][deep[of2]]].sum() + self.in_degree[two_in[1][deep[into2]]].sum())
+        if deep.any() and rows <= _THREE_LINK_WALKS_MAX_ROWS:
             three_out = self._walks_on(two_out, deep, self.out_start, self.cols, forward=True)
             three_in = self._walks_on(two_in, deep, self.in_start, self.rows, forward=False)
             meet(5, three_out, two_in)
