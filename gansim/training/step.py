@@ -373,8 +373,10 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     (gansim/collectives/uncontended.py), keeping their first `keep_transfers` transfers for
     the details; from UNCONTENDED_MIN_RANKS ranks, compute phases, input phases and
     host-to-device copies alone on their resources are delays. If, after the run, such a
-    delay turns out to have shared its resources with something (fp16 compression beside
-    the next bucket's backward on one GPU), the run is played again with that work as flows.
+    delay turns out to have shared its resources with something, the run is played again
+    with that work as flows; where that is sure as the run is built (fp16 compression of
+    DDP's first bucket beside the next piece of the backward on one GPU: StepBuilder.
+    delays_meet), it is built again so before it is played.
     If a play did, and only its first steps met other work (a CPU rank's core still computing
     the backward while DDP's first bucket is all-reduced on it), the run is played again with
     those first steps on the flow network and the rest played (`_longer_heads`), and the
