@@ -332,7 +332,7 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
     from gansim.collectives.nccl_tuning import NcclSettingError
     from gansim.collectives.nccl_versions import era_for
     from gansim.collectives.schedules import ALGORITHMS
-    from gansim.core.config import NCCL_MAXCHANNELS, TrainingOptions, parse_size
+    from gansim.core.config import NCCL_CHANNEL_BOUNDS, TrainingOptions, parse_size
     from gansim.core.nccl_env import ALGORITHM, PROTOCOL, canonical
     from gansim.prediction.nccl_tests_table import nccl_tests_table, sweep_sizes
     from gansim.topology.graph import load_topology
@@ -357,10 +357,10 @@ def nccl_tests(topology: "str | os.PathLike[str]", gpus: int, *, op: str = "all_
                 canonical(kind, value)
             except ValueError as err:
                 raise UserInputError(str(err), field=flag) from None
-    for value, flag, least in ((nccl_min_channels, "--nccl-min-channels", 0),
-                               (nccl_max_channels, "--nccl-max-channels", 1)):
+    for option, value in (("nccl_min_channels", nccl_min_channels), ("nccl_max_channels", nccl_max_channels)):
         if value is not None:
-            whole_number(str(value), flag, minimum=least, maximum=NCCL_MAXCHANNELS)
+            least, most = NCCL_CHANNEL_BOUNDS[option]
+            whole_number(str(value), f"--{option.replace('_', '-')}", minimum=least, maximum=most)
     options = TrainingOptions(nccl_algo=nccl_algo, nccl_proto=nccl_proto, nccl_version=nccl_version,
                               nccl_min_channels=nccl_min_channels, nccl_max_channels=nccl_max_channels)
     try:

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from gansim.cli.args import EXIT_OK, positive_int, whole_number_in
-from gansim.core.config import NCCL_MAXCHANNELS
+from gansim.core.config import NCCL_CHANNEL_BOUNDS
 from gansim.core.values import number
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -35,10 +35,12 @@ def register(sub: Any) -> None:
     p.add_argument("--nccl-version", metavar="X.Y[.Z]",
                    help="the NCCL release whose tuning model to follow (default: the topology's nccl_version, "
                         "else the newest followed)")
-    p.add_argument("--nccl-min-channels", type=whole_number_in(0, NCCL_MAXCHANNELS, "--nccl-min-channels"), metavar="N",
+    p.add_argument("--nccl-min-channels", metavar="N",
+                   type=whole_number_in(*NCCL_CHANNEL_BOUNDS["nccl_min_channels"], "--nccl-min-channels"),
                    help="NCCL_MIN_NCHANNELS: the communicator's channels duplicated up to N (0 to 64; a release "
                         "caps it at its MAXCHANNELS)")
-    p.add_argument("--nccl-max-channels", type=whole_number_in(1, NCCL_MAXCHANNELS, "--nccl-max-channels"), metavar="N",
+    p.add_argument("--nccl-max-channels", metavar="N",
+                   type=whole_number_in(*NCCL_CHANNEL_BOUNDS["nccl_max_channels"], "--nccl-max-channels"),
                    help="NCCL_MAX_NCHANNELS: the communicator's channels capped at N (1 to 64), before the minimum")
     p.add_argument("--gpus-per-thread", type=positive_int("--gpus-per-thread"), default=1, metavar="G",
                    help="GPUs each thread drives, nccl-tests' own -g (here -g counts ranks): one thread "

@@ -69,8 +69,10 @@ NcclProto = Annotated[str, AfterValidator(lambda t: canonical(PROTOCOL, t))]
 # NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: channel counts up to the newest release's MAXCHANNELS
 # (device.h); an older release caps them at its own, as NCCL does (connect.cc)
 NCCL_MAXCHANNELS = 64
-NcclMinChannels = Annotated[int, Field(ge=0, le=NCCL_MAXCHANNELS)]
-NcclMaxChannels = Annotated[int, Field(ge=1, le=NCCL_MAXCHANNELS)]
+# per option, the (least, most) it takes: no minimum asked is 0, the fewest channels is 1
+NCCL_CHANNEL_BOUNDS = {"nccl_min_channels": (0, NCCL_MAXCHANNELS), "nccl_max_channels": (1, NCCL_MAXCHANNELS)}
+NcclMinChannels = Annotated[int, Field(ge=NCCL_CHANNEL_BOUNDS["nccl_min_channels"][0], le=NCCL_MAXCHANNELS)]
+NcclMaxChannels = Annotated[int, Field(ge=NCCL_CHANNEL_BOUNDS["nccl_max_channels"][0], le=NCCL_MAXCHANNELS)]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from gansim.collectives.nccl_tuning import NcclSettingError
-from gansim.core.config import (NCCL_MAXCHANNELS, BandwidthGBps, PositiveByteCount, RankCount, Strict,
+from gansim.core.config import (NCCL_CHANNEL_BOUNDS, BandwidthGBps, PositiveByteCount, RankCount, Strict,
                                 TrainingOptions, parse)
 from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, shipped_dir
@@ -102,9 +102,9 @@ APPLIED_ENV = {
 }
 _LISTS = {"NCCL_ALGO": ALGORITHM, "NCCL_PROTO": PROTOCOL}
 # connect.cc ncclMinNchannels / ncclMaxNchannels: the NCHANNELS name wins over the legacy NRINGS
-# one; the option each sets, and its least value
-_CHANNEL_LIMITS = {"nccl_min_channels": (("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"), 0),
-                   "nccl_max_channels": (("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"), 1)}
+# one; the option each sets (its bounds: NCCL_CHANNEL_BOUNDS)
+_CHANNEL_LIMITS = {"nccl_min_channels": ("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"),
+                   "nccl_max_channels": ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS")}
 
 
 class PublishedSystem(Strict):
@@ -139,13 +139,14 @@ class PublishedSystem(Strict):
         for key, kind in _LISTS.items():
             if key in env:
                 canonical(kind, env[key])  # its ValueError names the variable and what is allowed
-        for names, least in _CHANNEL_LIMITS.values():
+        for option, names in _CHANNEL_LIMITS.items():
+            least, most = NCCL_CHANNEL_BOUNDS[option]
             for key in (k for k in names if k in env):
                 try:
-                    whole_number(env[key], key, minimum=least, maximum=NCCL_MAXCHANNELS)
+                    whole_number(env[key], key, minimum=least, maximum=most)
                 except UserInputError:
                     raise ValueError(f"{key}={env[key]!r} is not one the model applies; allowed: a whole number "
-                                     f"from {least} to {NCCL_MAXCHANNELS}") from None
+                                     f"from {least} to {most}") from None
         return env
 
 
@@ -191,7 +192,7 @@ class PublishedFile:
             algo = without(ALGORITHM, algo, ("nvls", "nvls_tree"))
         if env.get("NCCL_TREE_THRESHOLD") == "0" and parse_version(self.model_version) < (2, 5, 0):
             algo = "ring"
-        limits = {option: int(env[key]) for option, (names, _) in _CHANNEL_LIMITS.items()
+        limits = {option: int(env[key]) for option, names in _CHANNEL_LIMITS.items()
                   for key in reversed(names) if key in env}  # the NCHANNELS name last, so it wins
         return TrainingOptions(nccl_version=self.model_version, nccl_algo=algo, nccl_proto=proto, **limits)
 

@@ -152,7 +152,8 @@ class Search:
                 if t_dist > within:
                     self._settle_reached(within)
                     return
-                self._settle_sink(t)
+                settled.add(t)
+                reached.discard(t)
                 wanted.discard(t)
                 if not wanted:
                     return
@@ -182,10 +183,6 @@ class Search:
                                 heapq.heappush(due, (nd, sign * w))
         if not heap:  # every vertex it reaches has left the heap: the sinks' distances are final
             self._settle_reached(within)
-
-    def _settle_sink(self, t: int) -> None:
-        self.settled.add(t)
-        self._reached.discard(t)
 
     def _settle_reached(self, within: float) -> None:
         """Settle the sinks reached within `within` (every vertex before them has left the heap)."""
