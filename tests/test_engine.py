@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import simpy
 
-from gansim.network.engine import COMPUTE, DELAY, FLOW, SOLVED, TaskGraph, execute
+from gansim.network.engine import COMPUTE, DELAY, FLOW, SOLVED, GatheredTooLate, TaskGraph, execute
 from gansim.network.flows import FlowNetwork
 
 CAPACITY = np.array([1.0, 12.5e9, 25e9, 1.0])  # a GPU's compute, two links, a spare resource
@@ -174,3 +174,43 @@ def test_a_delay_alone_on_a_route_takes_what_a_flow_alone_on_it_takes():
 
     assert run(DELAY) == pytest.approx(run(FLOW), rel=1e-12)
     assert run(DELAY) == pytest.approx(3e-6 + 4e6 / 12.5e9, rel=1e-12)
+
+
+def gathered_pair(successor_kind: int) -> tuple[TaskGraph, list[tuple[float, np.ndarray]]]:
+    """Two gathered tasks: the first after a delay of 1 ms, the second after a flow of 2 s
+    of GPU work; each ends 1 ms after its own predecessor (their solve records when it was
+    asked and what it saw). The first is followed by a task of `successor_kind` on the
+    spare resource."""
+    graph = TaskGraph()
+    asked: list[tuple[float, np.ndarray]] = []
+    before = graph.add(DELAY, -1, 1e-3, 0, COMPUTE, "short", count=1)
+    slow = graph.add(FLOW, 0, 2.0, 1, COMPUTE, "long", count=1)
+    entries = np.array([before[0], slow[0]])
+
+    def solve(now, end):
+        asked.append((now, end[entries].copy()))
+        return end[entries] + 1e-3
+
+    pair = graph.add_solved(np.array([0, 1]), COMPUTE, "gathered", solve, gather=True)
+    graph.depend(entries, pair)
+    after = graph.add(successor_kind, 2, 0.5, 0, COMPUTE, "after", count=1)
+    graph.depend(pair[:1], after)
+    return graph, asked
+
+
+def test_a_gathered_group_is_solved_once_every_task_is_ready_and_each_starts_when_its_own_are():
+    graph, asked = gathered_pair(DELAY)
+    env = simpy.Environment()
+    ex = execute(graph.freeze(), env, network(env))
+    assert len(asked) == 1 and asked[0][1].tolist() == [1e-3, 2.0]  # asked once, both entries known
+    assert ex.start[2:4].tolist() == [1e-3, 2.0]  # each started as its own predecessor ended
+    assert ex.end[2:4].tolist() == [1e-3 + 1e-3, 2.0 + 1e-3]
+    assert ex.start[4] == ex.end[2]  # its successor, timed behind the clock: a delay meets nothing
+
+
+def test_a_flow_released_by_a_gathered_group_behind_the_clock_stops_the_run():
+    # the first task ends at 2 ms, but the group is solved at 2 s: its flow would start late
+    graph, _ = gathered_pair(FLOW)
+    env = simpy.Environment()
+    with pytest.raises(GatheredTooLate):
+        execute(graph.freeze(), env, network(env))

@@ -88,12 +88,17 @@ def test_input_pipelines_on_shared_cores_time_as_on_the_flow_network(monkeypatch
     assert batched.bottleneck.resource == flowed.bottleneck.resource
 
 
-def test_a_run_that_needs_events_keeps_its_input_pipelines_as_flows(monkeypatch):
-    # nccl plays its channels as flows: the run is timed by events, so nothing is pooled
-    batched, (pooled, _) = run(monkeypatch, True, algorithm="nccl", overlap=True)
-    flowed, _ = run(monkeypatch, False, algorithm="nccl", overlap=True)
-    assert pooled == 0
+@pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "compute_cv": 0.3}])
+def test_input_pipelines_on_shared_cores_are_pooled_in_a_run_timed_by_events(monkeypatch, options):
+    # nccl plays its channels as flows: the run is timed by events, and each phase's input
+    # pipelines are solved once every rank's previous task has ended
+    batched, (pooled, events) = run(monkeypatch, True, algorithm="nccl", **options)
+    flowed, (none, flowed_events) = run(monkeypatch, False, algorithm="nccl", **options)
+    assert pooled == 3 and none == 0 and events < flowed_events
     assert batched.step_time_s == pytest.approx(flowed.step_time_s, rel=1e-9)
+    assert batched.allreduce_time_s == pytest.approx(flowed.allreduce_time_s, rel=1e-9)
+    assert batched.breakdown.to_dict() == pytest.approx(flowed.breakdown.to_dict(), rel=1e-9, abs=1e-15)
+    assert batched.bottleneck.resource == flowed.bottleneck.resource
 
 
 def test_flow_routes_kept_only_on_wanted_resources_batch_by_batch():

@@ -82,7 +82,7 @@ class TaskGraph:
         self._edge_src: list[np.ndarray] = []
         self._edge_dst: list[np.ndarray] = []
         self._labels = Labels()
-        self._solved: list[tuple[int, int, Solver]] = []
+        self._solved: list[SolvedGroup] = []
         self.size = 0
         self.max_size = limits.TASKS.value
 
@@ -113,11 +113,14 @@ class TaskGraph:
         return ids
 
     def add_solved(self, rank: np.ndarray, category: int, label: str, solve: Solver,
-                   route: np.ndarray | int = -1, amount: np.ndarray | float = 0.0) -> np.ndarray:
+                   route: np.ndarray | int = -1, amount: np.ndarray | float = 0.0, gather: bool = False) -> np.ndarray:
         """Tasks (one per entry of `rank`) whose end times `solve` gives when they start; with
-        a route, each is work of `amount` on it (what the run's resources carried)."""
+        a route, each is work of `amount` on it (what the run's resources carried). With
+        `gather`, `solve` is asked once the predecessors of every one of them have ended
+        (each still starts when its own have): work that shares something among the group
+        alone, such as input pipelines on their hosts' cores (gansim/network/pools.py)."""
         ids = self.add(SOLVED, route, amount, rank, category, label, count=np.asarray(rank).size)
-        self._solved.append((int(ids[0]), int(ids.size), solve))
+        self._solved.append(SolvedGroup(int(ids[0]), int(ids.size), solve, gather))
         return ids
 
     def depend(self, before: np.ndarray, after: np.ndarray) -> None:
@@ -164,6 +167,20 @@ class TaskGraph:
         )
 
 
+@dataclass(frozen=True)
+class SolvedGroup:
+    first: int  # its first task; the others follow it
+    count: int
+    solve: Solver
+    gather: bool = False  # asked once every one of its tasks is ready (TaskGraph.add_solved)
+
+
+class GatheredTooLate(SimulationError):
+    """A gathered group was solved once the clock had passed the end of one of its tasks,
+    and that task released a flow: the flow would start late. The run must be built without
+    gathering (its work as flows)."""
+
+
 # Most tasks have one or two successors; those are kept in a padded table so that the
 # successors of a batch of tasks are one gather instead of a ragged-array dance.
 _NARROW = 2
@@ -184,7 +201,7 @@ class FrozenGraph:
     succ_ptr: np.ndarray
     succ: np.ndarray
     indegree: np.ndarray
-    solved: list[tuple[int, int, Solver]] = field(default_factory=list)  # (first task, tasks, solver)
+    solved: list[SolvedGroup] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -235,15 +252,50 @@ def _solve(graph: FrozenGraph, tasks: np.ndarray, start: np.ndarray, end: np.nda
     one of its tasks ending before it started says so itself). Each solver is asked once,
     at the first of its tasks' starts."""
     out = np.zeros(tasks.size)
-    firsts = np.array([first for first, _, _ in graph.solved], dtype=np.int64)
-    group = np.searchsorted(firsts, tasks, side="right") - 1
+    group = _solved_group(graph, tasks)
     for g in distinct(group):
-        first, count, solver = graph.solved[int(g)]
+        solved = graph.solved[int(g)]
         mine = group == g
         their_start = start[mine]
-        ends = solver(float(their_start.min()), end)[tasks[mine] - first]
+        ends = solved.solve(float(their_start.min()), end)[tasks[mine] - solved.first]
         out[mine] = np.maximum(ends - their_start, 0.0)
     return out
+
+
+def _solved_group(graph: FrozenGraph, tasks: np.ndarray) -> np.ndarray:
+    """Which of graph.solved each of the solved `tasks` is in."""
+    firsts = np.array([group.first for group in graph.solved], dtype=np.int64)
+    return np.searchsorted(firsts, tasks, side="right") - 1
+
+
+class _Gathering:
+    """The tasks of gathered solved groups held until every one of their group is ready."""
+
+    def __init__(self, graph: FrozenGraph):
+        self.graph = graph
+        self.member = np.zeros(graph.size, dtype=bool)
+        for group in graph.solved:
+            if group.gather:
+                self.member[group.first:group.first + group.count] = True
+        self.held: dict[int, list[np.ndarray]] = {}
+        self.ready = {g: 0 for g, group in enumerate(graph.solved) if group.gather}
+
+    def take(self, timed: np.ndarray) -> np.ndarray:
+        """Of tasks ready to be timed, those not held, and every task of a group that all of
+        its tasks are now ready."""
+        members = self.member[timed]
+        if not members.any():
+            return timed
+        out = [timed[~members]]
+        held = timed[members]
+        group = _solved_group(self.graph, held)
+        for g in distinct(group).tolist():
+            mine = held[group == g]
+            self.held.setdefault(g, []).append(mine)
+            self.ready[g] += mine.size
+            if self.ready[g] == self.graph.solved[g].count:
+                out.extend(self.held.pop(g))
+        return np.concatenate(out)
 
 
 def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) -> Execution:
@@ -266,6 +318,7 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
     # times the time of the subtraction itself on int32 counts
     one = waiting.dtype.type(1)
     is_flow = graph.kind == FLOW
+    gathering = _Gathering(graph)
     later: dict[float, list[np.ndarray]] = {}  # flows waiting for the clock, by the instant they start
 
     def settle(ready: np.ndarray) -> None:
@@ -277,6 +330,8 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             flows = ready[is_flow[ready]]
             if flows.size:
                 at = ready_at[flows]
+                if bool((at < now).any()):
+                    raise GatheredTooLate("a flow was released after the instant it was to start")
                 soon = at <= now
                 due.append(flows[soon])
                 if not soon.all():
@@ -290,7 +345,7 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
                             _At(env, instant).callbacks.append(
                                 lambda _e, t=instant: start_flows(np.concatenate(later.pop(t))))
                         later[instant].append(batch)
-            timed = ready[~is_flow[ready]]
+            timed = gathering.take(ready[~is_flow[ready]])
             if not timed.size:
                 break
             at = ready_at[timed]
@@ -358,7 +413,8 @@ def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Exec
     ready_at = np.full(n, float(now))
     waiting = graph.indegree.copy()
     one = waiting.dtype.type(1)  # (as in execute)
-    wave = np.flatnonzero(waiting == 0)
+    gathering = _Gathering(graph)
+    wave = gathering.take(np.flatnonzero(waiting == 0))
     waves = 0
     while wave.size:
         waves += 1
@@ -374,7 +430,7 @@ def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Exec
             break
         np.maximum.at(ready_at, succ, end[before])
         np.subtract.at(waiting, succ, one)
-        wave = distinct(succ[waiting[succ] == 0])
+        wave = gathering.take(distinct(succ[waiting[succ] == 0]))
     return _finished(start, end, waves)
 
 

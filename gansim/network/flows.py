@@ -178,51 +178,19 @@ def group_levels(routes: list[tuple[tuple[int, float], ...]], capacity: np.ndarr
     return levels, merged
 
 
-class _Levels:
-    """The active flows' rates, counted, in buckets of 2^-38 of their log2: two levels within
-    LEVEL_RTOL of each other (1.44e-12 of a log2 apart at most) are in one bucket or the next,
-    so whether a level has another that near is a look at three buckets. (0, a flow's rate
-    before it is first set, and inf, a flow nothing constrains, are not counted.)"""
-
-    _PER_LOG2 = 2.0 ** 38
-
-    def __init__(self, rates: Iterable[float]):
-        self.buckets: dict[int, dict[float, int]] = {}
-        for level in rates:
-            self.add(level)
-
-    def _bucket(self, level: float) -> int:
-        return math.floor(math.log2(level) * self._PER_LOG2)
-
-    def add(self, level: float) -> None:
-        if 0.0 < level < math.inf:
-            bucket = self.buckets.setdefault(self._bucket(level), {})
-            bucket[level] = bucket.get(level, 0) + 1
-
-    def remove(self, level: float) -> None:
-        if 0.0 < level < math.inf:
-            key = self._bucket(level)
-            bucket = self.buckets[key]
-            left = bucket[level] - 1
-            if left:
-                bucket[level] = left
-            else:
-                del bucket[level]
-                if not bucket:
-                    del self.buckets[key]
-
-    def near(self, level: float) -> bool:
-        """Whether another level is within LEVEL_RTOL of `level` without being equal (the
-        whole network's filling would freeze the two together)."""
-        if not 0.0 < level < math.inf:
-            return False
-        key = self._bucket(level)
-        for bucket in (self.buckets.get(key - 1, ()), self.buckets.get(key, ()), self.buckets.get(key + 1, ())):
-            for other in bucket:
-                if other != level and (other <= level * (1 + LEVEL_RTOL) if other > level
-                                       else level <= other * (1 + LEVEL_RTOL)):
-                    return True
+def near_another(rates: np.ndarray, levels: Iterable[float]) -> bool:
+    """Whether one of `rates` is within LEVEL_RTOL of one of `levels` without being equal to
+    it (the whole network's filling would freeze the two together); 0, a flow's rate before
+    it is first set, and inf, a flow nothing constrains, are never near. One comparison of
+    every rate with each level: an event's few levels against a few hundred rates cost less
+    so than a kept index of them, which each solve of the whole network would make again."""
+    wanted = [level for level in levels if 0.0 < level < math.inf]
+    if not wanted:
         return False
+    level = np.array(wanted)[:, None]
+    other = rates[None, :]
+    within = np.where(other > level, other <= level * (1 + LEVEL_RTOL), level <= other * (1 + LEVEL_RTOL))
+    return bool((within & (other != level) & (other > 0.0) & (other < math.inf)).any())
 
 
 class FlowNetwork:
@@ -274,7 +242,6 @@ class FlowNetwork:
         self._route_binding: dict[int, tuple[tuple[int, float], ...]] = {}
         self._group_cache: dict[tuple[int, ...], tuple[list[float], bool]] = {}  # per routes in order
         self._small_events = 0
-        self._levels: _Levels | None = None  # while kept, the multiset of self._rates
         # whether every active flow's rate is the level of its own group (max_min_levels
         # froze no levels together when it last solved the whole network)
         self._own_levels = True
@@ -524,7 +491,7 @@ class FlowNetwork:
         otherwise)."""
         if routes.size > _EVENT_INDEXED_MAX or self._pairs_in(routes) > _EVENT_INDEXED_MAX_PAIRS:
             self._small_events = 0
-            self._users, self._levels = None, None
+            self._users = None
             self._pairs_of, self._touched, self._joined = {}, set(), []
             return False
         self._small_events += 1
@@ -543,12 +510,9 @@ class FlowNetwork:
                 users.setdefault(r, set()).add(flow)
                 touched.add(r)
 
-    def _index_left(self, ids: np.ndarray, routes: np.ndarray, rates: np.ndarray) -> None:
+    def _index_left(self, ids: np.ndarray, routes: np.ndarray) -> None:
         if not self._small_event(routes):
             return
-        if self._levels is not None:
-            for level in rates.tolist():
-                self._levels.remove(level)
         users, touched = self._users, self._touched
         for flow in ids.tolist():
             for r, _ in self._pairs_of.pop(flow)[1]:
@@ -575,17 +539,14 @@ class FlowNetwork:
         found = self._rate_cache.get(quick_key)
         if found is None and self._ids.size <= _SORTED_LOOKUP_MAX_FLOWS:
             found = self._whole_rates(quick_key, solve=False)
-        grouped = False
         if found is None and self._users is not None and self._own_levels:
             rates = self._group_rates()
             if rates is not None:
                 self.group_computations += 1
-                grouped, found = True, (rates, False)
+                found = (rates, False)
                 self._remember(quick_key, found)
         if found is None:
             found = self._whole_rates(quick_key)
-        if not grouped:
-            self._levels = None  # (every rate set at once)
         rates, merged = found
         self._own_levels = not merged
         if self._users is None and self._small_events >= _REINDEX_AFTER_EVENTS and \
@@ -634,16 +595,9 @@ class FlowNetwork:
             levels, merged = found
             if merged:
                 return None
-            at = np.searchsorted(self._ids, np.array(order, dtype=np.int64))
-            if self._levels is None:
-                self._levels = _Levels(self._rates.tolist())
-            for level in self._rates[at].tolist():
-                self._levels.remove(level)
-            for level in levels:
-                self._levels.add(level)
-            rates[at] = levels
+            rates[np.searchsorted(self._ids, np.array(order, dtype=np.int64))] = levels
             # (the other flows' levels come no nearer to one another than before the event)
-            if any(self._levels.near(level) for level in set(levels)):
+            if near_another(rates, set(levels)):
                 return None
         return rates
 
@@ -693,7 +647,7 @@ class FlowNetwork:
         self._advance()
         finished = self._tags[done]
         keep = ~done
-        self._index_left(self._ids[done], self._routes[done], self._rates[done])
+        self._index_left(self._ids[done], self._routes[done])
         self._ids = self._ids[keep]
         self._tags, self._routes = self._tags[keep], self._routes[keep]
         self._remaining, self._rates = self._remaining[keep], self._rates[keep]

@@ -95,8 +95,8 @@ class PooledGroup:
     starts: np.ndarray | None = field(default=None, repr=False)
 
     def solve(self, now: float, end: np.ndarray) -> np.ndarray:
-        """Every flow's end, from its entry's end (the engine times every entry before any
-        of the group starts: the group is used only in a run timed in waves)."""
+        """Every flow's end, from its entry's end (the engine asks once every entry has
+        ended: a gathered solve, TaskGraph.add_solved)."""
         if self.ends is not None:
             return self.ends
         start = np.where(self.entry >= 0, end[np.maximum(self.entry, 0)], 0.0)

@@ -27,6 +27,7 @@ from gansim.network.engine import (
     SYNC,
     Execution,
     FrozenGraph,
+    GatheredTooLate,
     TaskGraph,
     execute,
     carried_work,
@@ -132,8 +133,8 @@ class StepBuilder:
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
         # With `pooled`, input pipelines that share their host's cores (and nothing else) are
-        # timed per pool without events (gansim/network/pools.py); only a run left without
-        # flows can, since each phase is timed once every rank's previous task has ended.
+        # timed per pool without events (gansim/network/pools.py), each phase once every
+        # rank's previous task has ended (a gathered solve: TaskGraph.add_solved).
         self.pooled = pooled and large and self.loader_kind == FLOW and cluster.loader_pool is not None
         self.pooled_groups: list[PooledGroup] = []
         # whether compute timed as a delay is sure to meet other compute on its resource
@@ -261,7 +262,7 @@ class StepBuilder:
                             pool_capacity=network.capacity)
         self.pooled_groups.append(group)
         prep = graph.add_solved(self.ranks, DATA, "data: host prep", group.solve, route=cluster.loader_route,
-                                amount=group.amount)
+                                amount=group.amount, gather=True)
         graph.depend(after, prep)
         return prep
 
@@ -494,6 +495,18 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> tuple[dict[in
     return (longer, met_alone) if longer != heads else None
 
 
+def _flows_on_pools(graph: FrozenGraph, cluster: Cluster) -> bool:
+    """Whether a flow of the run crosses a host core pool or a loader thread that pooled
+    input pipelines use (they were timed as if they had them to themselves)."""
+    flows = np.flatnonzero(graph.kind == FLOW)
+    if not flows.size:
+        return False
+    network = cluster.network
+    wanted = np.zeros(network.capacity.size, dtype=bool)
+    wanted[network.route_pairs(cluster.loader_route)[1]] = True
+    return bool(network.route_pairs_on(graph.route[flows], wanted)[0].size)
+
+
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
               alone: bool, pooled: bool = False, heads: dict[int, int] | None = None, *,
@@ -526,11 +539,18 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                 return None  # (work timed as alone is sure to meet other work: the caller builds it as flows)
             step_ends.append(after)
     frozen = graph.freeze()
-    if builder.pooled_groups and bool((frozen.kind == FLOW).any()):
-        # the run needs events after all, and pooled phases must start after every rank's
-        # previous task: built again with them as flows
+    execution = None
+    if not (builder.pooled_groups and _flows_on_pools(frozen, cluster)):
+        try:
+            execution = execute(frozen, env, cluster.network)
+        except GatheredTooLate:
+            if not builder.pooled_groups:
+                raise
+    if execution is None:
+        # pooled input phases would share their pools with a flow, or were timed once the
+        # clock had passed the start of a flow they released: built again with them as flows
+        del frozen, graph, builder, comm
         return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers,
                          uncontended_min_transfers, alone, pooled=False, heads=heads, nccl_states=nccl_states)
-    execution = execute(frozen, env, cluster.network)
     return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes,
                        builder.pooled_groups)
