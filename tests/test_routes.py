@@ -344,3 +344,28 @@ def test_routes_between_leaf_groups_through_one_spine_are_found_without_a_search
                                              np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
     searched = topology_from_dict({"name": "t", **spec}, "test").routes(pairs)
     assert [links[k].tolist() for k in range(len(pairs))] == [r.links.tolist() for r in searched]
+
+
+def test_of_routes_equally_short_found_without_a_search_the_searchs_own_is_taken(monkeypatch):
+    """GPU 3 of a machine to GPU 0 of the next on a rail leaf: through its host to its NIC 0
+    and the leaf of rail 0, or out through NIC 3 and the leaf of rail 3 and in through the
+    other's host, two routes of five links equally short. Both are met as walks, and of them
+    the one the search's order of ties takes is found without a search."""
+    spec = {"generator": "multi_node", "params": {"nodes": 8, "gpus_per_node": 4, "fabric": "rail",
+                                                  "machines_per_leaf": 4, "machines_per_pod": 8}}
+    topo = topology_from_dict({"name": "t", **spec}, "test")
+    position = topo.node_index
+    pairs = [(f"n{m}.gpu3", f"n{m + 1}.gpu0") for m in range(3)] + [(f"n{m + 1}.gpu0", f"n{m}.gpu3") for m in range(3)]
+    count, links = topo.short_route_links(np.array([position[a] for a, _ in pairs]),
+                                          np.array([position[b] for _, b in pairs]))
+    assert (count == 5).all()
+    monkeypatch.setattr(graph_module._Edges, "unique_shortest",
+                        lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
+                                             np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
+    searched = topology_from_dict({"name": "t", **spec}, "test").routes(pairs)
+    assert [links[k, :5].tolist() for k in range(len(pairs))] == [r.links.tolist() for r in searched]
+    # the search's: through the sender's host to the NIC of the receiver's rail
+    assert [topo.link_names[i] for i in links[0, :5]] == [
+        "n0.gpu3->n0.host", "n0.host->n0.nic0", "n0.nic0->leaf0.rail0", "leaf0.rail0->n1.nic0", "n1.nic0->n1.gpu0"]
+    assert [topo.link_names[i] for i in links[3, :5]] == [
+        "n1.gpu0->n1.host", "n1.host->n1.nic3", "n1.nic3->leaf0.rail3", "leaf0.rail3->n0.nic3", "n0.nic3->n0.gpu3"]

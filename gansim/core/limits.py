@@ -72,8 +72,9 @@ STEPS = Limit("steps", 100_000, "simulated steps in one run (training steps x di
 D_STEPS = Limit("d_steps", 1_000, "discriminator steps per generator step")
 SEGMENTS = Limit("segments", 100_000, "whole-run segments (checkpoint intervals; epochs of a dynamic allocation)")
 # about 220 bytes of memory each while a run is built and played: 20 M tasks are about 4.5 GB
-TASKS = Limit("tasks", 20_000_000, "tasks in one run's task graph (a p-rank ring all-reduce has 2p(p-1) "
-                                    "transfers; fewer GPUs, steps, chunks or buckets make fewer)")
+TASKS = Limit("tasks", 20_000_000, "tasks in one run's task graph (each transfer of an all-reduce on the flow "
+                                    "network is one: a p-rank ring has 2p(p-1), halving-doubling 2p log2(p); "
+                                    "fewer GPUs, steps, chunks or buckets make fewer)")
 WORKERS = Limit("workers", 64, "worker processes")
 YAML_BYTES = Limit("yaml_bytes", 8 * 1024 * 1024, "bytes in one YAML file")
 YAML_DEPTH = Limit("yaml_depth", 64, "levels of nesting in one YAML file")

@@ -23,7 +23,7 @@ US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
 # routing treats a node linked to more nodes than this as a hub (see Topology.routes)
 HUB_DEGREE = 64
-# routes of up to this many links that are the only shortest are found without a search
+# routes of up to this many links shorter than every longer one are found without a search
 # (Topology._short_routes)
 _SHORT_ROUTE_LINKS = 6
 # the walks of three links out of and into their ends that _Edges.unique_shortest makes at
@@ -351,8 +351,8 @@ class Topology:
                 Digraph(len(names), rows, cols, np.repeat(weight, 2)))
 
     def routes(self, pairs: list[tuple[str, str]]) -> list[Route]:
-        """Routes for many (src, dst) pairs at once: the short ones that are the only shortest
-        without a search (_short_routes), then one search per distinct source, each
+        """Routes for many (src, dst) pairs at once: the short ones lighter than every longer
+        route without a search (_short_routes), then one search per distinct source, each
         stopping at its last destination; or, on a graph with hubs (network switches linked
         to more than HUB_DEGREE nodes, whose every search would cross all of their links),
         one search from and one to each hub plus one per source that stays off the hubs."""
@@ -584,13 +584,12 @@ class Topology:
         return _Edges.build(graph.n, rows, cols, weights, links)
 
     def _short_routes(self, starts: np.ndarray, targets: np.ndarray) -> list["Route | None"]:
-        """For each (start, target) vertex pair, the route of one or two links when it is
-        the only shortest one (so every search finds it, whatever its order of ties):
-        shorter than every other route of one or two links, and than every longer route,
-        which is at least the lightest link out of the start, the lightest link of all and
-        the lightest link into the target. None for the others. Most routes inside a
-        machine, and from a NIC to another through the network switch, are such; this
-        finds them without a search, all at once."""
+        """For each (start, target) vertex pair, its route where it has at most
+        _SHORT_ROUTE_LINKS links and every longer route is heavier (_Edges.unique_shortest):
+        the only shortest one, or of several equally short the one the search takes. None
+        for the others. Most routes inside a machine, from a NIC to another through the
+        network switch, and from a GPU to a GPU of another machine on a leaf or through a
+        spine, are such; this finds them without a search, all at once."""
         count, links = self._short_route_links(starts, targets)
         found: list[Route | None] = [None] * starts.size
         latency = self.links_latency(count, links)
@@ -908,7 +907,9 @@ class _Edges:
 
     def unique_shortest(self, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each (s, t) vertex pair, the route of at most _SHORT_ROUTE_LINKS links that is
-        the only shortest one, so that every search finds it whatever its order of ties: every
+        the only shortest one, so that every search finds it whatever its order of ties, or,
+        where several are equally short and every longer route is heavier, the one the
+        search's order of ties takes (_search_ties; the weights must be whole numbers): every
         walk of up to four links is a walk of at most two links out of s met by one of at most
         two links into t (each length split one way: 1 = 1 + 0, 2 = 1 + 1, 3 = 2 + 1,
         4 = 2 + 2), and every longer route weighs at least the lightest such walk of two links
@@ -1011,6 +1012,7 @@ class _Edges:
         # (walks of three links a pair are at most its walks of two times 64: many pairs on a
         # graph of busy switches would be too many rows, and are left to the search)
         rows = int(self.out_degree[two_out[1][deep[of2]]].sum() + self.in_degree[two_in[1][deep[into2]]].sum())
+        three_out = three_in = None
         if deep.any() and rows <= _THREE_LINK_WALKS_MAX_ROWS:
             three_out = self._walks_on(two_out, deep, self.out_start, self.cols, forward=True)
             three_in = self._walks_on(two_in, deep, self.in_start, self.rows, forward=False)
@@ -1021,7 +1023,84 @@ class _Edges:
         found_pairs = pairs[unique]
         count_of[found_pairs] = length_of[unique]
         links_of[found_pairs] = np.where(chosen[unique] >= 0, self.links[np.maximum(chosen[unique], 0)], -1)
+        # routes equally short: every one of them was met (each lighter than any longer
+        # route), and whole weights add up exactly, so the search's order of ties is a rule
+        # of the walks met alone (_search_ties)
+        tied = np.flatnonzero((count > 1) & (best < longer) & (best < 2.0**53))
+        if tied.size and self.whole_weights:
+            splits = [(one_out, (np.arange(pairs.size), t, np.zeros(pairs.size), [])), (one_out, one_in),
+                      (two_out, one_in), (two_out, two_in)]
+            if three_out is not None:
+                splits += [(three_out, two_in), (three_out, three_in)]
+            tied, length, edges = self._search_ties(tied, s, best, splits)
+            count_of[pairs[tied]] = length
+            links_of[pairs[tied]] = np.where(edges >= 0, self.links[np.maximum(edges, 0)], -1)
         return count_of, links_of
+
+    @cached_property
+    def whole_weights(self) -> bool:
+        """Whether every weight is a whole number of at least 1 (Digraph.whole_weights)."""
+        return bool(self.weights.size == 0 or (self.weights.min() >= 1.0 and
+                                               (np.floor(self.weights) == self.weights).all()))
+
+    def _search_ties(self, tied: np.ndarray, s: np.ndarray, best: np.ndarray,
+                     splits: list[tuple[tuple, tuple]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The route the search takes for each of the `tied` pairs (indices into s and best),
+        whose every shortest route is among the walks met (`splits`: the walks out of s and
+        into t met for each length, as unique_shortest meets them). The search gives each
+        vertex the predecessor one edge short of it at its distance that is nearest to the
+        source, then the highest numbered (paths._settle_all); on a shortest route a
+        vertex's distance is the weight of the route up to it, and every shortest route to
+        a vertex of one goes on to t as that one does, so it was met too. Of a pair's
+        routes, the search's is thus the least, compared from t back: the distance of the
+        vertex before, the highest vertex, and so on. Returns the tied pairs, and for each
+        its count of links and their edges (-1 past them)."""
+        wanted = np.zeros(best.size, dtype=bool)
+        wanted[tied] = True
+        n, width = self.n, _SHORT_ROUTE_LINKS
+        pair_parts, edge_parts = [], []
+        for forward, backward in splits:
+            f_pair, f_end, f_weight, f_edges = forward
+            b_pair, b_start, b_weight, b_edges = backward
+            f = np.flatnonzero(wanted[f_pair] & (f_weight <= best[f_pair]))
+            b = np.flatnonzero(wanted[b_pair] & (b_weight <= best[b_pair]))
+            if not f.size or not b.size:
+                continue
+            b_key = b_pair[b] * n + b_start[b]
+            order = np.argsort(b_key, kind="stable")
+            b, b_key = b[order], b_key[order]
+            f_key = f_pair[f] * n + f_end[f]
+            lo, hi = np.searchsorted(b_key, f_key, "left"), np.searchsorted(b_key, f_key, "right")
+            at, which = ragged(lo, hi - lo)
+            fi, bj = f[which], b[at]
+            on_best = f_weight[fi] + b_weight[bj] == best[f_pair[fi]]
+            fi, bj = fi[on_best], bj[on_best]
+            edges = np.full((fi.size, width), -1, dtype=np.int64)
+            for column, e in enumerate(f_edges):
+                edges[:, column] = e[fi]
+            for column, e in enumerate(b_edges):
+                edges[:, len(f_edges) + column] = e[bj]
+            pair_parts.append(f_pair[fi])
+            edge_parts.append(edges)
+        pair = np.concatenate(pair_parts)
+        edges = np.concatenate(edge_parts)
+        length = (edges >= 0).sum(axis=1)
+        # per route, from t back: the vertex before each vertex, and its distance
+        used = np.maximum(edges, 0)
+        distance = np.where(edges >= 0, self.weights[used], 0.0).cumsum(axis=1)
+        vertex = self.cols[used]
+        keys = [pair]
+        for back in range(1, width + 1):
+            column = length - 1 - back  # the edge into that vertex (-1: the vertex is s)
+            on = column >= -1
+            at = np.maximum(column, 0)
+            rows = np.arange(pair.size)
+            before = np.where(column >= 0, vertex[rows, at], s[pair])
+            dist = np.where(column >= 0, distance[rows, at], 0.0)
+            keys += [np.where(on, dist, -1.0), np.where(on, -before, 0)]
+        order = np.lexsort(keys[::-1])
+        first = order[np.r_[True, pair[order][1:] != pair[order][:-1]]]
+        return pair[first], length[first], edges[first]
 
     def _walks_on(self, walks: tuple, wanted: np.ndarray, start: np.ndarray, ends: np.ndarray,
                   forward: bool) -> tuple:
