@@ -873,3 +873,82 @@ def test_joins_that_differ_by_rounding_are_on_one_point_of_the_grid():
     assert np.array_equal(on_grid / step, np.round(on_grid / step))
     assert (on_grid >= joins).all() and (on_grid - joins).max() < step
     assert uncontended.joined_on_grid(joins, 0.0) is joins
+
+
+@pytest.mark.parametrize("options", [{"allreduce": True}, {"allreduce": True, "gamma_s_per_byte": 3e-11},
+                                     {"overlap": True, "compute_cv": 0.3}, {"overlap": True}])
+def test_a_ring_in_its_regime_skips_its_steps_to_the_figures_of_playing_them(monkeypatch, options):
+    """A single ring over 64 ranks whose every step moves the same bytes on every slot: once
+    every rank's time grows by the ring's rate in a step, the rest of the run of steps alike
+    is skipped (_RingRegime). The figures are those of playing every step to 1e-12, with
+    ranks joining apart (`compute_cv`) or alike, reducing what they receive or not."""
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0)
+    monkeypatch.setattr(uncontended, "_PERIODIC_LOOP_MIN_PARTICIPANTS", 10**9)  # (every rank looped)
+    monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", lambda *args: None)
+    monkeypatch.setitem(TOPOLOGIES, "wide", {"generator": "multi_node", "params": {"nodes": 16, "gpus_per_node": 4}})
+    options = dict(options)
+    workload = {"allreduce_bytes": 4 * 64 * 1000} if options.pop("allreduce", False) else GAN
+    skipped = []
+    skip = uncontended._RingRegime.skip
+
+    def counted(regime, k, t):
+        steps = skip(regime, k, t)
+        skipped.append(steps)
+        return steps
+
+    monkeypatch.setattr(uncontended._RingRegime, "skip", counted)
+    fast, plays = run(monkeypatch, "wide", "ring", workload, plays=True, gpus=64, **options)
+    assert plays > 0 and sum(skipped) > 0
+    monkeypatch.setattr(uncontended, "_REGIME_MIN_SKIP", 10**9)
+    skipped.clear()
+    stepped, _ = run(monkeypatch, "wide", "ring", workload, plays=True, gpus=64, **options)
+    assert sum(skipped) == 0
+    for key in FIGURES:
+        assert getattr(fast, key) == pytest.approx(getattr(stepped, key), rel=1e-12), key
+    for key, value in stepped.breakdown.to_dict().items():
+        assert fast.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+    assert fast.bottleneck == stepped.bottleneck
+
+
+def test_a_ring_regime_skip_is_the_max_plus_map_played_step_by_step():
+    """_RingRegime on a ring of random weights and random joins: the times after the run are
+    those of every step played, within the rounding of the steps played."""
+    rng = np.random.default_rng(3)
+    n, steps = 40, 400  # (random weights settle after a hundred steps or so)
+    latency = rng.uniform(1e-6, 5e-6, n)
+    duration = rng.uniform(1e-7, 3e-6, n)
+    received = rng.uniform(0.0, 1e-7, n)
+
+    class Views:  # what _RingRegime reads of RingViews: one run of reducing steps
+        equal_shares = True
+
+        def runs(self):
+            return [(0, steps)]
+
+        def duration(self, k):
+            return duration
+
+        def received(self, k):
+            return received
+
+    views = Views()
+    views.steps = steps
+
+    def play(regime):
+        t = rng_joins.copy()
+        k, skipped = 0, 0
+        while k < steps:
+            start = np.maximum(t, np.roll(t, -1))
+            finish = (start + latency) + duration
+            t = np.maximum(finish, np.roll(finish, 1)) + received
+            more = regime.skip(k, t) if regime is not None else 0
+            skipped += more
+            k += more + 1
+        return t, skipped
+
+    for spread in (0.0, 1e-6, 1e-4):
+        rng_joins = rng.uniform(0.0, spread, n) + 1.0
+        stepped, _ = play(None)
+        fast, skipped = play(uncontended._RingRegime(views, latency, 0))
+        assert skipped > steps // 2
+        assert fast == pytest.approx(stepped, rel=1e-12)

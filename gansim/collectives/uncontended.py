@@ -71,6 +71,10 @@ _LOOP_REUSE_MIN_RANK_STEPS = 1 << 24
 # A ring looped over more participants than this is looped on the period they repeat with,
 # where they do (_ring_loop): below it numpy's calls cost more than their arrays
 _PERIODIC_LOOP_MIN_PARTICIPANTS = 64
+# A ring's loop looks every this many steps for its regime (_RingRegime), and skips a run of
+# steps alike only where at least _REGIME_MIN_SKIP of them are left
+_REGIME_CHECK_EVERY = 8
+_REGIME_MIN_SKIP = 16
 
 
 @dataclass
@@ -452,6 +456,69 @@ class RingViews:
             return None
         at = self.windows[k] - 1
         return self.scaled[at:at + self.n]
+
+
+class _RingRegime:
+    """Where a single ring's loop may skip steps. Every step of a run of steps alike (all
+    reducing what they receive or none: RingViews.runs) of a ring whose every step moves the
+    same bytes on every slot is one max-plus linear map of the participants' times: each
+    takes the latest of its own time and its two neighbours', each plus a fixed weight (a
+    transfer's latency and time, its own or its predecessor's, and the reduction). Its own
+    weight is never below its neighbours' (it sends and receives those transfers itself), so
+    the map's largest cycle mean is the largest own weight, lambda. Once every participant's
+    time has grown by lambda in a step, the map gives every later step of the run the same
+    growth (it commutes with adding a constant to every time): the run's steps up to its
+    last are skipped, every time moved on by lambda times their count. Steps are looked at
+    every _REGIME_CHECK_EVERY; a growth counts as lambda within a few units in the last place
+    of the largest time, which bounds what the skip can differ from the steps played by that
+    margin times the steps skipped (the map never widens a difference between two states),
+    and the steps played differ from the exact figures by their own rounding as much."""
+
+    def __init__(self, views: RingViews, latency: np.ndarray, first: int):
+        self.views, self.latency = views, latency
+        self.run_of = np.zeros(views.steps, dtype=np.int64)
+        self.ends = []
+        self.rates: list[float | None] = []
+        for index, (run_start, run_end) in enumerate(views.runs()):
+            self.run_of[run_start:run_end] = index
+            self.ends.append(run_end)
+            self.rates.append(None)
+        self.before: np.ndarray | None = None
+        self.before_step = -1
+
+    def rate(self, k: int) -> float:
+        """lambda of step k's run: every participant's largest own weight."""
+        run = int(self.run_of[k])
+        found = self.rates[run]
+        if found is None:
+            views = self.views
+            n = self.latency.size
+            weight = self.latency + views.duration(k)[:n]
+            own = np.maximum(weight, np.roll(weight, 1))
+            received = views.received(k)
+            if received is not None:
+                own = own + received[:n]
+            found = self.rates[run] = float(own.max())
+        return found
+
+    def skip(self, k: int, t: np.ndarray) -> int:
+        """After step k played (t: the times it ends at), how many steps to skip: the run's
+        steps after k but its last where the ring is in its regime; else 0."""
+        left = self.ends[int(self.run_of[k])] - 1 - (k + 1)
+        if left < _REGIME_MIN_SKIP:
+            return 0
+        if self.before is not None and self.before_step == k - 1 and self.run_of[k - 1] == self.run_of[k]:
+            rate = self.rate(k)
+            margin = 4.0 * float(np.spacing(np.abs(t).max()))
+            grown = t - self.before
+            if float(np.abs(grown - rate).max()) <= margin:
+                self.before = None
+                t += rate * left
+                return left
+        if (k + 1) % _REGIME_CHECK_EVERY == 0:
+            self.before = t.copy()
+            self.before_step = k
+        return 0
 
 
 @dataclass
@@ -889,7 +956,8 @@ class UncontendedPlay:
     def _ring_steps(self, views: RingViews, first: int, t_ring: np.ndarray, finish_ring: np.ndarray,
                     start: np.ndarray, carried: np.ndarray | None, latency: np.ndarray) -> np.ndarray:
         """_ring_loop's steps on the ring of t_ring.size - 1 participants (its first ones,
-        the ring closed on itself), each with its `latency`."""
+        the ring closed on itself), each with its `latency`; within a run of steps alike, the
+        steps after the ring has settled into its regime are skipped (_RingRegime)."""
         n_part = t_ring.size - 1
         t, finish = t_ring[:n_part], finish_ring[1:]
         before, after = t_ring[1:], finish_ring[:n_part]
@@ -897,7 +965,9 @@ class UncontendedPlay:
         scaled = views.scaled
         reduce = views.reduce
         maximum, add = np.maximum, np.add
-        for k in range(first, len(windows)):
+        regime = _RingRegime(views, latency, first) if views.equal_shares else None
+        k = first
+        while k < len(windows):
             at = windows[k]
             t_ring[n_part] = t_ring[0]
             maximum(t, before, out=start)
@@ -909,6 +979,12 @@ class UncontendedPlay:
                 t += scaled[at - 1:at - 1 + n_part]
             if carried is not None:
                 carried += window_bytes[at:at + n_part]
+            skipped = regime.skip(k, t) if regime is not None else 0
+            if skipped:
+                if carried is not None:  # (every step moves the same bytes on every slot)
+                    carried += window_bytes[at:at + n_part] * skipped
+                k += skipped
+            k += 1
         return finish
 
     # -- what the run's figures and checks need
