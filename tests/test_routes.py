@@ -319,6 +319,21 @@ def test_routes_between_machines_of_a_rail_leaf_are_found_without_a_search():
     assert (links[:, 4:] == -1).all()  # (-1 past each route's links)
 
 
+def searched_routes(monkeypatch, spec: dict, pairs: list[tuple[str, str]]) -> list:
+    """The routes of `pairs` on a fresh topology of `spec`, every one of them searched (no
+    route is found as walks)."""
+    monkeypatch.setattr(graph_module._Edges, "unique_shortest",
+                        lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
+                                             np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
+    return topology_from_dict({"name": "t", **spec}, "test").routes(pairs)
+
+
+def short_links(topo, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """topo.short_route_links of the named pairs."""
+    position = topo.node_index
+    return topo.short_route_links(np.array([position[a] for a, _ in pairs]), np.array([position[b] for _, b in pairs]))
+
+
 def test_routes_between_leaf_groups_through_one_spine_are_found_without_a_search(monkeypatch):
     """GPU j of a machine to GPU j of a machine in another leaf group, where one spine joins
     the two leaves of rail j: out through NIC j, up to the spine and down, in through NIC j,
@@ -326,23 +341,16 @@ def test_routes_between_leaf_groups_through_one_spine_are_found_without_a_search
     spec = {"generator": "multi_node", "params": {"nodes": 8, "gpus_per_node": 4, "fabric": "rail",
                                                   "machines_per_leaf": 4, "machines_per_pod": 8}}
     topo = topology_from_dict({"name": "t", **spec}, "test")
-    position = topo.node_index
     pairs = [(f"n{m}.gpu{j}", f"n{m + 4}.gpu{j}") for m in range(4) for j in range(4)]
-    count, links = topo.short_route_links(np.array([position[a] for a, _ in pairs]),
-                                          np.array([position[b] for _, b in pairs]))
+    count, links = short_links(topo, pairs)
     assert (count == 6).all()
     assert [topo.link_names[i] for i in links[0]] == [
         "n0.gpu0->n0.nic0", "n0.nic0->leaf0.rail0", "leaf0.rail0->spine0", "spine0->leaf1.rail0",
         "leaf1.rail0->n4.nic0", "n4.nic0->n4.gpu0"]
     # past the bound on walks of three links, they are left to the search
     monkeypatch.setattr(graph_module, "_THREE_LINK_WALKS_MAX_ROWS", 0)
-    count, _ = topo.short_route_links(np.array([position[a] for a, _ in pairs]),
-                                      np.array([position[b] for _, b in pairs]))
-    assert (count == 0).all()
-    monkeypatch.setattr(graph_module._Edges, "unique_shortest",
-                        lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
-                                             np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
-    searched = topology_from_dict({"name": "t", **spec}, "test").routes(pairs)
+    assert (short_links(topo, pairs)[0] == 0).all()
+    searched = searched_routes(monkeypatch, spec, pairs)
     assert [links[k].tolist() for k in range(len(pairs))] == [r.links.tolist() for r in searched]
 
 
@@ -354,15 +362,10 @@ def test_of_routes_equally_short_found_without_a_search_the_searchs_own_is_taken
     spec = {"generator": "multi_node", "params": {"nodes": 8, "gpus_per_node": 4, "fabric": "rail",
                                                   "machines_per_leaf": 4, "machines_per_pod": 8}}
     topo = topology_from_dict({"name": "t", **spec}, "test")
-    position = topo.node_index
     pairs = [(f"n{m}.gpu3", f"n{m + 1}.gpu0") for m in range(3)] + [(f"n{m + 1}.gpu0", f"n{m}.gpu3") for m in range(3)]
-    count, links = topo.short_route_links(np.array([position[a] for a, _ in pairs]),
-                                          np.array([position[b] for _, b in pairs]))
+    count, links = short_links(topo, pairs)
     assert (count == 5).all()
-    monkeypatch.setattr(graph_module._Edges, "unique_shortest",
-                        lambda edges, s, t: (np.zeros(s.size, dtype=np.int64),
-                                             np.full((s.size, graph_module._SHORT_ROUTE_LINKS), -1, dtype=np.int64)))
-    searched = topology_from_dict({"name": "t", **spec}, "test").routes(pairs)
+    searched = searched_routes(monkeypatch, spec, pairs)
     assert [links[k, :5].tolist() for k in range(len(pairs))] == [r.links.tolist() for r in searched]
     # the search's: through the sender's host to the NIC of the receiver's rail
     assert [topo.link_names[i] for i in links[0, :5]] == [
