@@ -949,6 +949,6 @@ def test_a_ring_regime_skip_is_the_max_plus_map_played_step_by_step():
     for spread in (0.0, 1e-6, 1e-4):
         rng_joins = rng.uniform(0.0, spread, n) + 1.0
         stepped, _ = play(None)
-        fast, skipped = play(uncontended._RingRegime(views, latency, 0))
+        fast, skipped = play(uncontended._RingRegime(views, latency))
         assert skipped > steps // 2
         assert fast == pytest.approx(stepped, rel=1e-12)

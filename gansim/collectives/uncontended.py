@@ -474,10 +474,10 @@ class _RingRegime:
     margin times the steps skipped (the map never widens a difference between two states),
     and the steps played differ from the exact figures by their own rounding as much."""
 
-    def __init__(self, views: RingViews, latency: np.ndarray, first: int):
+    def __init__(self, views: RingViews, latency: np.ndarray):
         self.views, self.latency = views, latency
         self.run_of = np.zeros(views.steps, dtype=np.int64)
-        self.ends = []
+        self.ends: list[int] = []
         self.rates: list[float | None] = []
         for index, (run_start, run_end) in enumerate(views.runs()):
             self.run_of[run_start:run_end] = index
@@ -965,7 +965,7 @@ class UncontendedPlay:
         scaled = views.scaled
         reduce = views.reduce
         maximum, add = np.maximum, np.add
-        regime = _RingRegime(views, latency, first) if views.equal_shares else None
+        regime = _RingRegime(views, latency) if views.equal_shares else None
         k = first
         while k < len(windows):
             at = windows[k]

@@ -250,7 +250,7 @@ def _durations(graph: FrozenGraph, network: FlowNetwork) -> np.ndarray:
 def _solve(graph: FrozenGraph, tasks: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Durations of solved tasks that start at `start` (never negative: a solver that finds
     one of its tasks ending before it started says so itself). Each solver is asked once,
-    at the first of its tasks' starts."""
+    at the first of its tasks' starts (a gathered one: once all of them are ready, _Gathering)."""
     out = np.zeros(tasks.size)
     group = _solved_group(graph, tasks)
     for g in distinct(group):

@@ -1082,6 +1082,8 @@ class _Edges:
                 edges[:, len(f_edges) + column] = e[bj]
             pair_parts.append(f_pair[fi])
             edge_parts.append(edges)
+        if not pair_parts:  # (none met: left to the search)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, width), np.int64)
         pair = np.concatenate(pair_parts)
         edges = np.concatenate(edge_parts)
         length = (edges >= 0).sum(axis=1)
