@@ -881,7 +881,8 @@ def test_a_ring_in_its_regime_skips_its_steps_to_the_figures_of_playing_them(mon
     """A single ring over 64 ranks whose every step moves the same bytes on every slot: once
     every rank's time grows by the ring's rate in a step, the rest of the run of steps alike
     is skipped (_RingRegime). The figures are those of playing every step to 1e-12, with
-    ranks joining apart (`compute_cv`) or alike, reducing what they receive or not."""
+    ranks joining apart (`compute_cv`) or alike, reducing what they receive or not; and,
+    for the all-reduces alone, the flow network's."""
     monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0)
     monkeypatch.setattr(uncontended, "_PERIODIC_LOOP_MIN_PARTICIPANTS", 10**9)  # (every rank looped)
     monkeypatch.setattr(uncontended.UncontendedPlay, "_periodic_ring", lambda *args: None)
@@ -908,6 +909,9 @@ def test_a_ring_in_its_regime_skips_its_steps_to_the_figures_of_playing_them(mon
     for key, value in stepped.breakdown.to_dict().items():
         assert fast.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
     assert fast.bottleneck == stepped.bottleneck
+    if workload is not GAN:  # and the flow network's, transfer by transfer
+        flowed, _ = run(monkeypatch, "wide", "ring", workload, plays=False, gpus=64, **options)
+        assert_same(fast, flowed)
 
 
 def test_a_ring_regime_skip_is_the_max_plus_map_played_step_by_step():
