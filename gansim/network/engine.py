@@ -298,6 +298,45 @@ class _Gathering:
         return np.concatenate(out)
 
 
+class _Timing:
+    """What both engines keep per task (start, end, the latest end among its predecessors
+    so far, how many of them have not ended) and the two things they do with it: time tasks
+    that are not flows, and release the successors of tasks that ended."""
+
+    def __init__(self, graph: FrozenGraph, duration: np.ndarray, now: float):
+        n = graph.size
+        self.graph, self.duration = graph, duration
+        self.start = np.full(n, np.nan)
+        self.end = np.full(n, np.nan)
+        self.ready_at = np.full(n, float(now))
+        self.waiting = graph.indegree.copy()
+        # a count of its own type: numpy's ufunc.at casts a Python int on a slow path, 2 to 40
+        # times the time of the subtraction itself on int32 counts
+        self.one = self.waiting.dtype.type(1)
+        self.gathering = _Gathering(graph)
+
+    def time(self, tasks: np.ndarray) -> None:
+        """Each of `tasks` (delays and solved tasks) starts when the last of its predecessors
+        ended and ends its duration later (a solved task: when its solver says)."""
+        graph, end = self.graph, self.end
+        at = self.ready_at[tasks]
+        self.start[tasks] = at
+        durations = self.duration[tasks]
+        solved = graph.kind[tasks] == SOLVED
+        if solved.any():
+            durations[solved] = _solve(graph, tasks[solved], at[solved], end)
+        end[tasks] = np.where(durations > 0.0, at + durations, at)
+
+    def release(self, done: np.ndarray) -> np.ndarray:
+        """The successors of `done` (whose ends are set) that have no predecessor left."""
+        before, succ = _successors(self.graph, done)
+        if not succ.size:
+            return succ
+        np.maximum.at(self.ready_at, succ, self.end[before])
+        np.subtract.at(self.waiting, succ, self.one)
+        return distinct(succ[self.waiting[succ] == 0])
+
+
 def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) -> Execution:
     """Run every task of the graph; return when and how long each ran. Only flows need the
     clock: a delay or a solved task is timed as soon as the ends of all its predecessors are
@@ -309,16 +348,9 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
     duration = _durations(graph, network)
     if not bool((graph.kind == FLOW).any()):
         return _execute_waves(graph, duration, env.now)
-    n = graph.size
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
-    ready_at = np.full(n, float(env.now))  # the latest end among a task's predecessors so far
-    waiting = graph.indegree.copy()
-    # a count of its own type: numpy's ufunc.at casts a Python int on a slow path, 2 to 40
-    # times the time of the subtraction itself on int32 counts
-    one = waiting.dtype.type(1)
+    timing = _Timing(graph, duration, env.now)
+    start, end, ready_at = timing.start, timing.end, timing.ready_at
     is_flow = graph.kind == FLOW
-    gathering = _Gathering(graph)
     later: dict[float, list[np.ndarray]] = {}  # flows waiting for the clock, by the instant they start
 
     def settle(ready: np.ndarray) -> None:
@@ -345,17 +377,11 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
                             _At(env, instant).callbacks.append(
                                 lambda _e, t=instant: start_flows(np.concatenate(later.pop(t))))
                         later[instant].append(batch)
-            timed = gathering.take(ready[~is_flow[ready]])
+            timed = timing.gathering.take(ready[~is_flow[ready]])
             if not timed.size:
                 break
-            at = ready_at[timed]
-            start[timed] = at
-            durations = duration[timed]
-            solved = graph.kind[timed] == SOLVED
-            if solved.any():
-                durations[solved] = _solve(graph, timed[solved], at[solved], end)
-            end[timed] = np.where(durations > 0.0, at + durations, at)
-            ready = release(timed)
+            timing.time(timed)
+            ready = timing.release(timed)
         if due:
             start_flows(np.concatenate(due))
 
@@ -365,20 +391,12 @@ def execute(graph: FrozenGraph, env: simpy.Environment, network: FlowNetwork) ->
             network.start(flows, graph.route[flows], graph.amount[flows])
             network.flush()
 
-    def release(done: np.ndarray) -> np.ndarray:
-        before, succ = _successors(graph, done)
-        if not succ.size:
-            return succ
-        np.maximum.at(ready_at, succ, end[before])
-        np.subtract.at(waiting, succ, one)
-        return distinct(succ[waiting[succ] == 0])
-
     def complete(done: np.ndarray, now: float) -> None:
         end[done] = now
-        settle(release(done))
+        settle(timing.release(done))
 
     network.on_complete = complete
-    settle(np.flatnonzero(waiting == 0))
+    settle(np.flatnonzero(timing.waiting == 0))
     events = 0
     while True:
         try:
@@ -407,31 +425,14 @@ def _execute_waves(graph: FrozenGraph, duration: np.ndarray, now: float) -> Exec
     have all been timed: it starts when the last of them ended (as the event that ended it
     would have started it) and ends its duration later (as a timeout would have: start +
     duration), so the figures are those of the events to the last digit."""
-    n = graph.size
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
-    ready_at = np.full(n, float(now))
-    waiting = graph.indegree.copy()
-    one = waiting.dtype.type(1)  # (as in execute)
-    gathering = _Gathering(graph)
-    wave = gathering.take(np.flatnonzero(waiting == 0))
+    timing = _Timing(graph, duration, now)
+    wave = timing.gathering.take(np.flatnonzero(timing.waiting == 0))
     waves = 0
     while wave.size:
         waves += 1
-        at = ready_at[wave]
-        start[wave] = at
-        durations = duration[wave]
-        solved = graph.kind[wave] == SOLVED
-        if solved.any():
-            durations[solved] = _solve(graph, wave[solved], at[solved], end)
-        end[wave] = np.where(durations > 0.0, at + durations, at)
-        before, succ = _successors(graph, wave)
-        if not succ.size:
-            break
-        np.maximum.at(ready_at, succ, end[before])
-        np.subtract.at(waiting, succ, one)
-        wave = gathering.take(distinct(succ[waiting[succ] == 0]))
-    return _finished(start, end, waves)
+        timing.time(wave)
+        wave = timing.gathering.take(timing.release(wave))
+    return _finished(timing.start, timing.end, waves)
 
 
 def _finished(start: np.ndarray, end: np.ndarray, events: int) -> Execution:
