@@ -956,3 +956,36 @@ def test_a_ring_regime_skip_is_the_max_plus_map_played_step_by_step():
         fast, skipped = play(uncontended._RingRegime(views, latency))
         assert skipped > steps // 2
         assert fast == pytest.approx(stepped, rel=1e-12)
+
+
+@pytest.mark.parametrize("options", [{}, {"compute_cv": 0.3}, {"gamma_s_per_byte": 1e-9}])
+def test_a_ring_over_fewer_elements_than_ranks_skips_its_window_s_regime(monkeypatch, options):
+    """Per-variable all-reduces of variables of 9, 20 and 40 elements over 64 ranks of
+    machines that copy one another: once the window of each ring is its times of one
+    machine's steps before plus a constant, and so is the start of its last transfer, the
+    steps are skipped (_WindowRegime). Exit times, each resource's first and last use, the
+    bytes carried and the run's record are those of playing every step to 1e-12."""
+    monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0)
+    monkeypatch.setitem(TOPOLOGIES, "wide", {"generator": "multi_node", "params": {"nodes": 16, "gpus_per_node": 4}})
+    workload = {**GAN, "networks": {name: {**net, "variables": [{"size": 40, "count": 1}, {"size": 20, "count": 2},
+                                                                {"size": 9, "count": 1}], "params": 89}
+                                    for name, net in GAN["networks"].items()}}
+    options = {"gradient_sync": "per_variable", **options}
+    skipped = []
+    skip = uncontended._WindowRegime.skip
+    monkeypatch.setattr(uncontended._WindowRegime, "skip", lambda *a: skipped.append(skip(*a)) or skipped[-1])
+    fast_kept: list = []
+    fast, plays = run(monkeypatch, "wide", "ring", workload, plays=True, gpus=64, kept=fast_kept, **options)
+    assert plays > 0 and sum(skipped) > 0
+    monkeypatch.setattr(uncontended._WindowRegime, "of", classmethod(lambda cls, *a: None))
+    stepped_kept: list = []
+    stepped, _ = run(monkeypatch, "wide", "ring", workload, plays=True, gpus=64, kept=stepped_kept, **options)
+    for a, b in zip(fast_kept[:plays], stepped_kept[:plays]):
+        np.testing.assert_allclose(a.exit_times, b.exit_times, rtol=1e-12)
+        for x, y in zip(a.resource_spans(), b.resource_spans()):
+            np.testing.assert_allclose(x, y, rtol=1e-12)
+    np.testing.assert_allclose(fast_kept[plays], stepped_kept[plays], rtol=1e-12)
+    for key in FIGURES:
+        assert getattr(fast, key) == pytest.approx(getattr(stepped, key), rel=1e-12), key
+    for key, value in stepped.breakdown.to_dict().items():
+        assert fast.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key

@@ -534,6 +534,107 @@ class _RingRun:
     duration: np.ndarray  # per slot (its sender), amount / rate
 
 
+class _WindowRegime:
+    """Where a ring over fewer elements than positions (_RingRun) may skip steps. Its window
+    of c + 1 participants moves on by one position a step, so in the window's own frame a
+    step maps the window's times, the one before shifted by one and the participant that
+    enters after them, to its new times by max-plus arithmetic with the weights of its
+    positions (latency and transfer time of each sender, the reduction). Where those weights
+    repeat every P positions (machines that copy one another), the map of step k + P is that
+    of step k; once the window's times are its times P steps before plus one constant Lambda,
+    for P steps in a row, every later step's times are the step P before's plus Lambda, as
+    long as what enters does the same: the entering participant counts only through the
+    start of the last sender's transfer (the later of its own time and the entering one),
+    which must then also be the one P steps before plus Lambda. The steps are skipped up to
+    the first that breaks this (or the end of a run of steps alike, or before the window
+    comes round to what left it during the skip); each participant that leaves the window
+    takes the time it leaves with, each slot its first start and last end and the bytes it
+    sent in the steps skipped. A time counts as Lambda more within four units in the last
+    place of the largest time, which bounds what the skip can differ from the steps played
+    by that margin times the steps skipped, as _RingRegime's."""
+
+    def __init__(self, run: _RingRun, period: int, n: int):
+        self.run, self.period = run, period
+        self.frames: list[tuple[int, np.ndarray, float]] = []  # (step, times after it, last sender's start)
+        # per step, the last step of its run of steps alike: each the next one's first sender
+        # and reducing or not as it does
+        firsts, reduce = np.asarray(run.firsts), np.asarray(run.reduce, dtype=bool)
+        alike = (firsts[1:] == (firsts[:-1] + 1) % n) & (reduce[1:] == reduce[:-1])
+        breaks = np.flatnonzero(~alike)  # step i + 1 is not alike step i
+        self.run_last = np.append(breaks, firsts.size - 1)[np.searchsorted(breaks, np.arange(firsts.size))]
+        self.check_every = period * -(-_REGIME_MIN_SKIP // period)
+
+    @classmethod
+    def of(cls, run: _RingRun, latency: np.ndarray) -> "_WindowRegime | None":
+        period = shortest_period(latency, run.duration)
+        if period is None or run.c < 2:
+            return None
+        return cls(run, period, latency.size)
+
+    def skip(self, k: int, times: np.ndarray, last_start: float, t: np.ndarray, used_from: np.ndarray,
+             used_until: np.ndarray, carried: np.ndarray | None) -> int:
+        """After step k played (`times`: the window's times after it; `last_start`: its last
+        sender's start), how many steps to skip, having moved everything on over them."""
+        run, P = self.run, self.period
+        firsts, c = run.firsts, run.c
+        n = t.size
+        frames = self.frames
+        if frames and (frames[-1][0] != k - 1 or self.run_last[k - 1] != self.run_last[k]):
+            frames.clear()  # (not the next step of the same kind)
+        frames.append((k, times.copy(), last_start))
+        if len(frames) > 2 * P:
+            del frames[0]
+        if len(frames) < 2 * P or (k + 1) % self.check_every:
+            return 0
+        # the most steps that can be skipped: within the run of steps alike, before its last
+        # (and the run's), and before the window meets a participant that left it in the skip
+        limit = min(int(self.run_last[k]) - 1 - k, len(firsts) - 2 - k, n - c - 1)
+        if limit < _REGIME_MIN_SKIP:
+            return 0
+        latest = times
+        grown = latest - frames[P - 1][1]
+        growth = float(grown[c])
+        margin = 4.0 * float(np.spacing(np.abs(latest).max()))
+        for (_, now, start_now), (_, before, start_before) in zip(frames[P:], frames[:P]):
+            if float(np.abs(now - before - growth).max()) > margin or abs(start_now - start_before - growth) > margin:
+                return 0
+        # the window after each step m = 1..limit, from the last P (before: step k - P + 1 ...)
+        base = np.stack([frame for _, frame, _ in frames[P:]])  # (P, c + 1)
+        m = np.arange(1, limit + 1)
+        which, times_over = (m - 1) % P, ((m - 1) // P + 1) * growth
+        # the last sender's start at step k + m: the later of the window's last time after
+        # step k + m - 1 and the participant entering then; it must grow as the window does
+        last_before = base[(m - 2) % P, c] + ((m - 2) // P + 1) * growth
+        last_before[0] = base[P - 1, c]  # (step k's own)
+        entering = t[(firsts[k] + c + m) % n]
+        starts = np.maximum(last_before, entering)
+        earlier = np.concatenate([[s for _, _, s in frames[P:]], starts])  # steps k - P + 1 ... k + limit
+        off = np.abs(starts - earlier[:limit] - growth) > margin
+        if off.any():
+            limit = int(np.flatnonzero(off)[0])  # the steps before the first that does not grow so
+            if limit < _REGIME_MIN_SKIP:
+                return 0
+            m, which, times_over, starts = m[:limit], which[:limit], times_over[:limit], starts[:limit]
+        first_sender = (firsts[k] + m) % n  # each skipped step's first sender (and participant)
+        leaving = base[which, 0] + times_over  # its time after that step: what it leaves with
+        t[first_sender[:-1]] = leaving[:-1]
+        window = (first_sender[-1] + np.arange(c + 1)) % n
+        t[window] = base[which[-1]] + times_over[-1]
+        # each slot's first start: as the last sender, when it enters; its last end: as the
+        # first, when it leaves (the per-slot arrays are laid out twice, as the loop's slices)
+        entered = first_sender + c - 1
+        np.minimum.at(used_from, entered, starts)
+        np.maximum.at(used_until, first_sender, leaving)
+        if carried is not None:
+            sent = np.zeros(2 * n + 1)
+            np.add.at(sent, first_sender, 1.0)
+            np.add.at(sent, first_sender + c, -1.0)
+            counts = np.cumsum(sent[:2 * n])
+            carried += (counts[:n] + counts[n:]) * run.amount
+        frames.clear()
+        return limit
+
+
 @dataclass
 class _PeriodicShape:
     """A shape whose every participant sends once and receives once, on one period of P
@@ -864,7 +965,8 @@ class UncontendedPlay:
         """Steps `first`... of a ring over fewer elements than positions (PlayPlan.ring_run),
         each over its c + 1 participants in a row only (indices taken around the ring), not
         over all n: the same terms in the same order as `solve`'s loop, which gives each step
-        a shape of its own (_part_of_whole), so the same figures to the last digit. Slot j is
+        a shape of its own (_part_of_whole), so the same figures to the last digit; steps
+        after the window has settled into its regime are skipped (_WindowRegime). Slot j is
         participant j's, so participants index the slots too."""
         c, firsts, reduce = run.c, run.firsts, run.reduce
         n = t.size
@@ -877,7 +979,9 @@ class UncontendedPlay:
         used_until[n:] = -np.inf
         received = run.amount * self.gamma_s_per_byte if self.gamma_s_per_byte > 0 else 0.0
         maximum, minimum = np.maximum, np.minimum
-        for k in range(first, len(firsts)):
+        regime = _WindowRegime.of(run, latency[:n])
+        k = first
+        while k < len(firsts):
             at = firsts[k]
             senders = slice(at, at + c)
             wraps = at + c >= n  # the last participant, or more, past the end of the ring
@@ -898,6 +1002,9 @@ class UncontendedPlay:
             if carried is not None:
                 for part in ((slice(at, min(at + c, n)), slice(0, max(at + c - n, 0))) if wraps else (senders,)):
                     carried[part] += run.amount
+            if regime is not None:
+                k += regime.skip(k, times, float(start[c - 1]), t, used_from, used_until, carried)
+            k += 1
         minimum(used_from[:n], used_from[n:], out=first_start)
         maximum(used_until[:n], used_until[n:], out=last_end)
 
