@@ -131,3 +131,44 @@ def test_fault_from_environment(monkeypatch):
         run_training(RunConfig(steps=3, warmup=1, batch_size=8, timeout_s=10.0), 1)
     assert err.value.rank == 0 and err.value.phase == "data_s"
     assert _no_children_left()
+
+
+# A discriminator whose every forward first writes a buffer in place and then keeps it for
+# its backward: on a GPU, DDP writes the buffers it broadcasts in place as each forward
+# starts, and CUDA's batch norm keeps its running statistics for its backward, so a second
+# forward before the first one's backward changes what that backward needs
+SAVED_BUFFER_MODEL = '''
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x):
+        self.scale.mul_(1.0)  # written in place as the forward starts (DDP's broadcast on a GPU)
+        return x * self.scale  # (the backward of x needs the buffer as it was)
+
+
+def factory():
+    g = nn.Sequential(nn.Linear(8, 4))
+    d = nn.Sequential(nn.Linear(4, 4), Scaled(), nn.Linear(4, 1), nn.Sigmoid())
+    return g, d, 8, (4,)
+'''
+
+
+def test_ddp_discriminator_whose_backward_keeps_a_buffer_trains(tmp_path):
+    """D's forwards on the real and the fake batch each have their backward before the next
+    (the first accumulating only), so DDP's buffer broadcast at the second forward changes
+    nothing the first backward needs: the run that failed on a GPU with batch norm
+    ("modified by an inplace operation", NCCL on an H200) trains. (Both forwards before one
+    backward, as the calibrator did before, fail here with that error.)"""
+    model = tmp_path / "saved_buffer.py"
+    model.write_text(SAVED_BUFFER_MODEL)
+    result = run_training(RunConfig(mode="ddp", model=f"{model}:factory", **SMALL), 2)
+    for r in result["ranks"]:
+        assert len(r["phases"]["d_backward_s"]) == SMALL["steps"] - SMALL["warmup"]
+        assert all(v > 0 for v in r["phases"]["d_backward_s"])
+    assert _no_children_left()

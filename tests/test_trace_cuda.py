@@ -19,6 +19,8 @@ from tests.cli_checks import run_bad
 HTA = Path(__file__).parent / "data" / "hta"
 A100 = str(HTA / "nccl_data.json.gz")
 V100 = str(HTA / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+# gansim's dcgan with DDP at world size 1 on an H200 (torch 2.11; tests/data/h200/record_trace.py)
+H200 = str(Path(__file__).parent / "data" / "h200" / "dcgan_ddp_nccl_world1_rank0.json.gz")
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -213,3 +215,33 @@ def test_a_trace_without_shapes_does_not_know_its_batch_until_told(tmp_path, cap
     capsys.readouterr()
     assert main(["predict", "--profile", str(told), "--world-sizes", "1,2", "--per-gpu-batch", "64", "--json"]) == 0
     assert [p["per_gpu_batch"] for p in json.loads(capsys.readouterr().out)["predictions"]] == [64, 64]
+
+
+def test_a_gan_trace_from_an_h200_gives_each_network_s_optimizer_time_and_the_device():
+    """A GAN's trace recorded with torch 2.11 on an H200: two Adam steps a training step, the
+    first D's and the last G's; each optimizer phase is the GPU time of the kernels its
+    Optimizer.step launched, over the profiled steps after the first (as the importer keeps
+    them), and the device's datasheet figures come from its deviceProperties."""
+    data = json.loads(gzip.open(H200).read())
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+    gpu = [(launch[e["args"]["correlation"]], e) for e in events
+           if e.get("cat") in GPU_WORK and e["args"].get("correlation") in launch and not e["name"].startswith("nccl")]
+    steps = sorted((e for e in events if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation"),
+                   key=lambda e: e["ts"])
+    per_step = []
+    for step in steps[1:]:
+        lo, hi = step["ts"], step["ts"] + step["dur"]
+        optimizers = sorted((e for e in events if e["name"].startswith("Optimizer.step#")
+                             and e.get("cat") == "user_annotation" and lo <= e["ts"] < hi), key=lambda e: e["ts"])
+        assert len(optimizers) == 2
+        per_step.append([sum(e["dur"] for at, e in gpu if o["ts"] <= at < o["ts"] + o["dur"]) * 1e-6
+                         for o in optimizers])
+    profile = import_traces([H200], overhead_s_per_event=0.0)
+    phases = profile.measured.phases["1"]
+    assert phases["d_optimizer_s"] == pytest.approx(statistics.fmean(d for d, _ in per_step), rel=1e-9)
+    assert phases["g_optimizer_s"] == pytest.approx(statistics.fmean(g for _, g in per_step), rel=1e-9)
+    assert min(phases[p] for p in ("d_forward_s", "d_backward_s", "g_forward_s", "g_backward_s")) > 0
+    assert profile.provenance.device == "NVIDIA H200" and profile.provenance.backend == "nccl"
+    assert (profile.provenance.device_tflops, profile.provenance.device_memory_bandwidth_GBps) == (67.0, 4800.0)
+    assert profile.provenance.batch_size == 64 and profile.provenance.world_sizes == [1]

@@ -5,6 +5,7 @@ phase timed on every rank, every kept per-step sample returned."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Optional
@@ -161,16 +162,30 @@ def train_loop(env: RankEnv, cfg: RunConfig, communicate: bool, solo_steps: bool
             t = clock()
             with torch.no_grad():
                 fake = G(noise())
-            loss_d = bce(D(real), ones) + bce(D(fake), zeros)
-            env.sync()
-            rec["d_forward_s"] += clock() - t
+            # D's forward on the real batch has its backward before the forward on the fake
+            # one, as PyTorch's DCGAN example trains: DDP writes the buffers it broadcasts
+            # (batch norm's running statistics) in place at every forward, and CUDA's batch
+            # norm keeps them for its backward, so two forwards before one backward fail there
+            # ("modified by an inplace operation"). The first backward only accumulates
+            # (no_sync): D's gradients are all-reduced once a D step, after the second.
+            loss_d = torch.zeros((), device=env.device)
+            for inputs, target, first in ((real, ones, True), (fake, zeros, False)):
+                if not first:
+                    phase(lined_up, "d_forward_s")
+                    t = clock()
+                with D.no_sync() if first and ddp else contextlib.nullcontext():
+                    loss = bce(D(inputs), target)
+                    env.sync()
+                    rec["d_forward_s"] += clock() - t
 
-            phase(lined_up, "d_backward_s")
-            t = clock()
-            opt_d.zero_grad()  # set_to_none, PyTorch's default, as users train
-            loss_d.backward()
-            env.sync()
-            rec["d_backward_s"] += clock() - t
+                    phase(lined_up, "d_backward_s")
+                    t = clock()
+                    if first:
+                        opt_d.zero_grad()  # set_to_none, PyTorch's default, as users train
+                    loss.backward()
+                    env.sync()
+                    rec["d_backward_s"] += clock() - t
+                loss_d = loss_d + loss.detach()
 
             if reduce_d is not None:
                 phase(False, "d_allreduce_s")
