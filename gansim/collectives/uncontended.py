@@ -458,6 +458,12 @@ class RingViews:
         return self.scaled[at:at + self.n]
 
 
+def _settled_margin(times: np.ndarray) -> float:
+    """How far a growth may be from a regime's and still count as it: four units in the last
+    place of the largest time (_RingRegime, _WindowRegime)."""
+    return 4.0 * float(np.spacing(np.abs(times).max()))
+
+
 class _RingRegime:
     """Where a single ring's loop may skip steps. Every step of a run of steps alike (all
     reducing what they receive or none: RingViews.runs) of a ring whose every step moves the
@@ -509,7 +515,7 @@ class _RingRegime:
             return 0
         if self.before is not None and self.before_step == k - 1 and self.run_of[k - 1] == self.run_of[k]:
             rate = self.rate(k)
-            margin = 4.0 * float(np.spacing(np.abs(t).max()))
+            margin = _settled_margin(t)
             grown = t - self.before
             if float(np.abs(grown - rate).max()) <= margin:
                 self.before = None
@@ -594,7 +600,7 @@ class _WindowRegime:
         latest = times
         grown = latest - frames[P - 1][1]
         growth = float(grown[c])
-        margin = 4.0 * float(np.spacing(np.abs(latest).max()))
+        margin = _settled_margin(latest)
         for (_, now, start_now), (_, before, start_before) in zip(frames[P:], frames[:P]):
             if float(np.abs(now - before - growth).max()) > margin or abs(start_now - start_before - growth) > margin:
                 return 0

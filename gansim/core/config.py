@@ -71,8 +71,10 @@ NcclProto = Annotated[str, AfterValidator(lambda t: canonical(PROTOCOL, t))]
 NCCL_MAXCHANNELS = 64
 # per option, the (least, most) it takes: no minimum asked is 0, the fewest channels is 1
 NCCL_CHANNEL_BOUNDS = {"nccl_min_channels": (0, NCCL_MAXCHANNELS), "nccl_max_channels": (1, NCCL_MAXCHANNELS)}
-NcclMinChannels = Annotated[int, Field(ge=NCCL_CHANNEL_BOUNDS["nccl_min_channels"][0], le=NCCL_MAXCHANNELS)]
-NcclMaxChannels = Annotated[int, Field(ge=NCCL_CHANNEL_BOUNDS["nccl_max_channels"][0], le=NCCL_MAXCHANNELS)]
+NcclMinChannels = Annotated[int, Field(ge=NCCL_CHANNEL_BOUNDS["nccl_min_channels"][0],
+                                       le=NCCL_CHANNEL_BOUNDS["nccl_min_channels"][1])]
+NcclMaxChannels = Annotated[int, Field(ge=NCCL_CHANNEL_BOUNDS["nccl_max_channels"][0],
+                                       le=NCCL_CHANNEL_BOUNDS["nccl_max_channels"][1])]
 Pricing = Literal["on_demand", "spot"]
 DatasetName = Literal["mnist", "cifar10", "celeba"]
 

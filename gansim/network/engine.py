@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -207,6 +208,11 @@ class FrozenGraph:
     def size(self) -> int:
         return int(self.kind.size)
 
+    @cached_property
+    def solved_firsts(self) -> np.ndarray:
+        """Each solved group's first task, in order (the groups' tasks follow one another)."""
+        return np.array([group.first for group in self.solved], dtype=np.int64)
+
 
 @dataclass
 class Execution:
@@ -264,8 +270,7 @@ def _solve(graph: FrozenGraph, tasks: np.ndarray, start: np.ndarray, end: np.nda
 
 def _solved_group(graph: FrozenGraph, tasks: np.ndarray) -> np.ndarray:
     """Which of graph.solved each of the solved `tasks` is in."""
-    firsts = np.array([group.first for group in graph.solved], dtype=np.int64)
-    return np.searchsorted(firsts, tasks, side="right") - 1
+    return np.searchsorted(graph.solved_firsts, tasks, side="right") - 1
 
 
 class _Gathering:
@@ -277,8 +282,7 @@ class _Gathering:
         for group in graph.solved:
             if group.gather:
                 self.member[group.first:group.first + group.count] = True
-        self.held: dict[int, list[np.ndarray]] = {}
-        self.ready = {g: 0 for g, group in enumerate(graph.solved) if group.gather}
+        self.held: dict[int, list[np.ndarray]] = {}  # per group, its tasks ready so far
 
     def take(self, timed: np.ndarray) -> np.ndarray:
         """Of tasks ready to be timed, those not held, and every task of a group that all of
@@ -290,10 +294,9 @@ class _Gathering:
         held = timed[members]
         group = _solved_group(self.graph, held)
         for g in distinct(group).tolist():
-            mine = held[group == g]
-            self.held.setdefault(g, []).append(mine)
-            self.ready[g] += mine.size
-            if self.ready[g] == self.graph.solved[g].count:
+            ready = self.held.setdefault(g, [])
+            ready.append(held[group == g])
+            if sum(part.size for part in ready) == self.graph.solved[g].count:
                 out.extend(self.held.pop(g))
         return np.concatenate(out)
 

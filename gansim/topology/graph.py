@@ -17,7 +17,7 @@ from gansim.core.errors import UserInputError
 from gansim.core.files import read_yaml, resolve_file
 from gansim.core.units import GB
 from gansim.topology.generators import generate
-from gansim.topology.paths import Digraph, Search, components, dijkstra, path_to
+from gansim.topology.paths import Digraph, Search, components, dijkstra, path_to, whole_weights
 
 US = 1e-6
 RANK_KINDS = ("gpu", "cpu")
@@ -1039,9 +1039,8 @@ class _Edges:
 
     @cached_property
     def whole_weights(self) -> bool:
-        """Whether every weight is a whole number of at least 1 (Digraph.whole_weights)."""
-        return bool(self.weights.size == 0 or (self.weights.min() >= 1.0 and
-                                               (np.floor(self.weights) == self.weights).all()))
+        """Whether every weight is a whole number of at least 1 (paths.whole_weights)."""
+        return whole_weights(self.weights)
 
     def _search_ties(self, tied: np.ndarray, s: np.ndarray, best: np.ndarray,
                      splits: list[tuple[tuple, tuple]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1092,11 +1091,11 @@ class _Edges:
         distance = np.where(edges >= 0, self.weights[used], 0.0).cumsum(axis=1)
         vertex = self.cols[used]
         keys = [pair]
+        rows = np.arange(pair.size)
         for back in range(1, width + 1):
             column = length - 1 - back  # the edge into that vertex (-1: the vertex is s)
             on = column >= -1
             at = np.maximum(column, 0)
-            rows = np.arange(pair.size)
             before = np.where(column >= 0, vertex[rows, at], s[pair])
             dist = np.where(column >= 0, distance[rows, at], 0.0)
             keys += [np.where(on, dist, -1.0), np.where(on, -before, 0)]

@@ -18,6 +18,13 @@ import numpy as np
 from gansim.core.arrays import ragged
 
 
+def whole_weights(weights: np.ndarray) -> bool:
+    """Whether every weight is a whole number of at least 1 (routing weights are:
+    Topology._weights): every sum of them below 2**53 is then exact, in whatever order it is
+    added."""
+    return bool(weights.size == 0 or (weights.min() >= 1.0 and (np.floor(weights) == weights).all()))
+
+
 class Digraph:
     """A weighted directed graph on vertices 0..n-1, as adjacency lists."""
 
@@ -36,11 +43,8 @@ class Digraph:
 
     @cached_property
     def whole_weights(self) -> bool:
-        """Whether every weight is a whole number of at least 1 (routing weights are:
-        Topology._weights): every sum of them below 2**53 is then exact, in whatever order it
-        is added."""
-        weights = self._arrays[2]
-        return bool(weights.size == 0 or (weights.min() >= 1.0 and (np.floor(weights) == weights).all()))
+        """Whether every weight is a whole number of at least 1 (whole_weights)."""
+        return whole_weights(self._arrays[2])
 
     def degree(self) -> np.ndarray:
         return np.diff(self._starts)
