@@ -2,9 +2,12 @@
 trained with DDP (NCCL, world size 1) on one NVIDIA H200 (torch 2.11.0+cu130, NCCL 2.28.9),
 2026-11-29, through the project's device tool; 3 steps unprofiled, then a profiler schedule
 of 1 wait, 2 warm-up and 6 active steps with record_shapes. Run as
-`python record_trace.py OUT.json` with gansim importable; gzip the output."""
+`python record_trace.py OUT.json` with gansim importable; gzip the output. With
+`--unprofiled N` (bench/gpu_paths.py) it first times N steps more without the profiler and
+prints their mean."""
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,7 +22,8 @@ torch.cuda.set_device(0)
 device = torch.device("cuda", 0)
 dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
 G, D, latent, shape = build_model("dcgan")
-# (buffers not broadcast: D runs twice before its backward, as the calibrator's DDP does)
+# (buffers not broadcast: D runs twice before its backward, which DDP's in-place broadcast
+# breaks on a GPU; see docs/calibration.md)
 G = DDP(G.to(device), device_ids=[0], broadcast_buffers=False)
 D = DDP(D.to(device), device_ids=[0], broadcast_buffers=False)
 opt_d = torch.optim.Adam(D.parameters(), lr=1e-4)
@@ -47,6 +51,16 @@ def step():
 for _ in range(3):
     step()
 torch.cuda.synchronize()
+if "--unprofiled" in sys.argv:
+    timed = int(sys.argv[sys.argv.index("--unprofiled") + 1])
+    for _ in range(7):  # (10 steps before the timed ones)
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(timed):
+        step()
+    torch.cuda.synchronize()
+    print(f"unprofiled {(time.perf_counter() - start) / timed:.9f} s a step over {timed} steps")
 sched = torch.profiler.schedule(wait=1, warmup=2, active=6)
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
                             schedule=sched, record_shapes=True,
