@@ -395,7 +395,31 @@ SHIPPED = sorted(TOPOLOGY_DIR.glob("*.yaml"))
 
 def test_expected_files_shipped():
     names = {p.stem for p in SHIPPED}
-    assert {"paper-gtx1080ti-pcie", "dgx1-v100", "dgx-a100", "multi-node", "cpu-host"} <= names
+    assert {"paper-gtx1080ti-pcie", "dgx1-v100", "dgx-a100", "dgx-h100", "dgx-b200", "dgx-h100-superpod",
+            "multi-node", "cpu-host"} <= names
+
+
+@pytest.mark.parametrize("name, nvls", [("dgx-a100", False), ("dgx-h100", True), ("dgx-b200", True)])
+def test_shipped_nvswitch_machines_reduce_in_the_switch_from_hopper_on(name, nvls):
+    """A third-generation NVSwitch (H100) or later reduces in the switch, which NCCL takes at
+    1 GiB on 8 GPUs; the A100's second generation does not."""
+    import gansim
+
+    (row,) = gansim.nccl_tests(name, 8, minbytes="1G", maxbytes="1G").rows
+    assert (row.algorithm == "nvls") == nvls
+
+
+def test_dgx_h100_superpod_is_four_scalable_units_on_rails():
+    from gansim.topology.graph import load_topology
+
+    topo = load_topology("dgx-h100-superpod")
+    assert len(topo.ranks) == 1024
+    # the NICs of one rail of an SU's 32 machines share a leaf; other SUs are a spine away
+    assert _switches(topo, "n0.gpu3", "n31.gpu3") == ["leaf0.rail3"]
+    assert _switches(topo, "n0.gpu3", "n32.gpu3") == ["leaf0.rail3", "spine0", "leaf1.rail3"]
+    capacity = dict(zip(topo.link_names, topo.capacity_Bps))
+    assert capacity["n0.nic3->leaf0.rail3"] == pytest.approx(50e9)  # NDR 400 Gb/s
+    assert capacity["leaf0.rail3->spine0"] == pytest.approx(32 * 50e9)  # non-blocking
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
