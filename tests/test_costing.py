@@ -208,6 +208,9 @@ def test_gansim_plan_lists_the_catalog(capsys):
     assert run_plan(plan_args("--list")) == 0
     out = capsys.readouterr().out
     assert "aws-p3.8xlarge" in out and "$12.240/h" in out and "private-4x-1080ti" in out
+    assert "aws-p5.48xlarge" in out and " 8 x H100-SXM5-80GB" in out and "spot $30.326/h" in out
+    # a price not listed is n/a, not "n/a/h"
+    assert "spot n/a  (" in out and "n/a/h" not in out
     with pytest.raises(UserInputError, match="give a SCENARIO"):
         run_plan(plan_args())
 

@@ -89,7 +89,7 @@ def run_plan(args: argparse.Namespace) -> int:
         for name in platform_names():
             pl = catalog.platforms[name]
             print(f"{name:<24} {pl.gpus:>2} x {pl.device_model:<24} on-demand "
-                  f"{_money(pl.on_demand_usd_per_hour)}/h  spot {_money(pl.spot_usd_per_hour)}/h  ({pl.prices_as_of})")
+                  f"{_hourly(pl.on_demand_usd_per_hour)}  spot {_hourly(pl.spot_usd_per_hour)}  ({pl.prices_as_of})")
         return 0
     if not args.scenario:
         raise UserInputError("give a SCENARIO (or --list to see the catalog)", field="SCENARIO")
@@ -132,5 +132,5 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _money(value: float | None) -> str:
-    return "n/a" if value is None else f"${value:.3f}"
+def _hourly(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:.3f}/h"
