@@ -396,7 +396,7 @@ SHIPPED = sorted(TOPOLOGY_DIR.glob("*.yaml"))
 def test_expected_files_shipped():
     names = {p.stem for p in SHIPPED}
     assert {"paper-gtx1080ti-pcie", "dgx1-v100", "dgx-a100", "dgx-h100", "dgx-b200", "dgx-h100-superpod",
-            "multi-node", "cpu-host"} <= names
+            "aws-p5-efa", "multi-node", "cpu-host"} <= names
 
 
 @pytest.mark.parametrize("name, nvls", [("dgx-a100", False), ("dgx-h100", True), ("dgx-b200", True)])
