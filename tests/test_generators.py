@@ -537,3 +537,21 @@ def test_kind_masks_are_the_kinds_element_by_element(intra):
     for kind in set(topo.link_kinds) | {"no_such_kind"}:
         assert topo.link_kind_codes.mask(kind).tolist() == [k == kind for k in topo.link_kinds]
     assert [topo.link_kind_codes.names[c] for c in topo.link_kind_codes.codes.tolist()] == topo.link_kinds
+
+
+def test_aws_p5_efa_is_the_validated_pair_on_more_instances():
+    """The shipped 16-instance p5 cluster uses the figures of the validation set's two-node p5
+    (validation/aws-p5-h100-2node-efa.yaml), which are compared with published measurements."""
+    from gansim.topology.graph import load_topology
+
+    shipped = yaml.safe_load((TOPOLOGY_DIR / "aws-p5-efa.yaml").read_text())["params"]
+    validated = yaml.safe_load((Path(__file__).parent.parent / "validation" / "aws-p5-h100-2node-efa.yaml")
+                               .read_text())["topology"]["params"]
+    for key in ("intra", "gpus_per_node", "nic_model", "nics_per_node", "nic_bandwidth_GBps",
+                "nic_pcie_bandwidth_GBps"):
+        assert shipped[key] == validated[key], key
+    for key, value in validated["intra_params"].items():
+        assert shipped["intra_params"][key] == value, key
+    topo = load_topology("aws-p5-efa")
+    nics = [spec for spec in topo.nodes.values() if spec.kind == "nic"]
+    assert len(topo.ranks) == 128 and len(nics) == 16 * 32 and {n.model for n in nics} == {"AWS EFA (p5)"}
