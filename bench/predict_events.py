@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import calibrated_profile, write_markdown  # noqa: E402  (a script beside this one)
 
 import gansim.network.flows as flows  # noqa: E402
-from gansim.network.engine import COMPUTE, FLOW  # noqa: E402
+from gansim.network.engine import COMPUTE, FLOW, moved_alone  # noqa: E402
 import gansim.training.step as step  # noqa: E402
 from gansim.cli.main import main as gansim_main  # noqa: E402
 from gansim.topology.paths import components  # noqa: E402
@@ -66,6 +66,7 @@ def count_events(profile: Path, world_size: int, every: int) -> tuple[list[dict]
         runs.append({"ranks": timeline.cluster.ranks, "heads": dict(kwargs.get("heads") or {}),
                      "seconds": time.perf_counter() - began, "tasks": int(graph.kind.size),
                      "flows": int((graph.kind == FLOW).sum()),
+                     "apart": int(moved_alone(graph.kind, graph.route, graph.category).sum()),
                      "compute_flows": int(((graph.kind == FLOW) & (graph.category == COMPUTE)).sum()),
                      "events": int(timeline.execution.events), "rates": int(network.rate_computations),
                      "groups": int(network.group_computations)})
@@ -91,15 +92,17 @@ def table(runs: list[dict], solved: list[int], groups: list[int], grouped: list[
           world_size: int, every: int) -> str:
     lines = [f"`gansim predict --world-sizes {world_size}` (and its one-rank baseline), counted in one process: "
              f"{seconds:.2f} s with the counters.", "",
-             "| run | ranks | first steps on the flow network, per collective | tasks | flows "
-             "| of them compute | events | rates of the whole network | of an event's groups | s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| run | ranks | first steps taken out of the play, per collective | tasks | flows "
+             "| of them compute | transfers timed alone | events | rates of the whole network "
+             "| of an event's groups | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, run in enumerate(runs, 1):
         heads = run["heads"]
-        head_text = ", ".join(str(v) for v in heads.values()) + f" ({len(heads)} collectives)" if heads else "none"
+        head_text = (", ".join(str(total) for total, _ in heads.values()) + f" ({len(heads)} collectives)"
+                     if heads else "none")
         lines.append(f"| {i} | {run['ranks']:,} | {head_text} | {run['tasks']:,} "
-                     f"| {run['flows']:,} | {run['compute_flows']:,} | {run['events']:,} | {run['rates']:,} "
-                     f"| {run['groups']:,} | {run['seconds']:.2f} |")
+                     f"| {run['flows']:,} | {run['compute_flows']:,} | {run['apart']:,} | {run['events']:,} "
+                     f"| {run['rates']:,} | {run['groups']:,} | {run['seconds']:.2f} |")
     lines += ["", f"Max-min problems of the whole network solved: {len(solved):,}; flows in each: {_spread(solved)}; "
               f"flows in the largest group joined by shared resources, in every {every}th problem "
               f"({len(groups):,}): {_spread(groups)}. Problems of an event's groups solved alone: {len(grouped):,}; "

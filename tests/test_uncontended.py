@@ -417,19 +417,33 @@ def test_cpu_compute_timed_as_delays_times_like_the_flow_network(monkeypatch):
 
 
 @pytest.mark.parametrize("options", [{"overlap": True}, {"overlap": True, "compute_cv": 0.1}])
-def test_cpu_compute_that_meets_a_play_is_played_again_once_with_the_rings_first_steps(monkeypatch, options):
+def test_cpu_compute_that_meets_a_play_is_played_again_with_the_rings_first_steps(monkeypatch, options):
     """With DDP, a CPU core's backward timed as a delay meets the first bucket's played ring:
-    one run more, with the ring's first steps and the compute as flows (a run with the
-    steps as flows and the compute still delays would meet again), gives the flow network's
-    figures."""
+    the run is played again with the ring's first steps taken out of the play and that
+    backward phase as a flow; the other phases stay delays, and so do the first steps'
+    transfers that meet nothing (those that do go on the flow network in one more run). The
+    figures are the flow network's."""
+    from gansim.network.engine import COMPUTE, moved_alone
     from gansim.training import step
 
-    runs = []
+    runs, compute_delays, apart = [], [], []
     real = step._simulate
-    monkeypatch.setattr(step, "_simulate", lambda *a, **k: runs.append(1) or real(*a, **k))
+
+    def spy(*args, **kwargs):
+        runs.append(kwargs.get("flow_phases", frozenset()))
+        timeline = real(*args, **kwargs)
+        g = timeline.graph
+        compute_delays.append(int((ran_alone(g.kind, g.route) & (g.category == COMPUTE)).sum()))
+        apart.append(int(moved_alone(g.kind, g.route, g.category).sum()))
+        return timeline
+
+    monkeypatch.setattr(step, "_simulate", spy)
     monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 0)
-    fast, timed = run_private(monkeypatch, "cpu_host", delays=True, workload="paper-mlp-gan", **options)
-    assert timed == 0 and len(runs) == 2
+    fast, _ = run_private(monkeypatch, "cpu_host", delays=True, workload="paper-mlp-gan", **options)
+    assert len(runs) == 3 and runs[-1] == {"G backward (bucket 1)"}, runs
+    # the other phases stay delays; the first steps' transfers that met the backward went on
+    # the flow network in the last run, the others stay timed alone
+    assert compute_delays[-1] > 0 and apart[0] == 0 and apart[1] > apart[2] > 0, (compute_delays, apart)
     monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_TRANSFERS", 10**18)
     flowed, _ = run_private(monkeypatch, "cpu_host", delays=False, workload="paper-mlp-gan", **options)
     assert_same(fast, flowed)
@@ -989,3 +1003,20 @@ def test_a_ring_over_fewer_elements_than_ranks_skips_its_window_s_regime(monkeyp
         assert getattr(fast, key) == pytest.approx(getattr(stepped, key), rel=1e-12), key
     for key, value in stepped.breakdown.to_dict().items():
         assert fast.breakdown.to_dict()[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+
+
+def test_transfers_timed_alone_fit_beside_what_else_moves_until_a_resource_is_overloaded():
+    """_overloaded: where the loads moving on a resource at once exceed its capacity (an end
+    and a start at one instant do not overlap); _meets: which rows fall in those intervals."""
+    from gansim.training.step import _meets, _overloaded
+
+    capacity = np.array([2.0, 1.0])
+    res = np.array([0, 0, 1, 1])
+    lo = np.array([0.0, 1.0, 0.0, 1.0])
+    hi = np.array([2.0, 3.0, 1.0, 2.0])  # (on resource 1 one ends as the other starts)
+    load = np.array([1.0, 1.0, 1.0, 1.0])
+    assert all(x.size == 0 for x in _overloaded(res, lo, hi, load, capacity))  # two halves fill resource 0
+    over = _overloaded(np.r_[res, 0], np.r_[lo, 1.5], np.r_[hi, 2.5], np.r_[load, 1.0], capacity)
+    assert [a.tolist() for a in over] == [[0], [1.5], [2.0]]
+    rows = (np.array([0, 0, 0, 0, 1]), np.array([0.0, 1.9, 2.0, 0.5, 1.5]), np.array([1.5, 2.5, 3.0, 1.6, 1.8]))
+    assert _meets(*rows, *over).tolist() == [False, True, False, True, False]

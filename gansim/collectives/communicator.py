@@ -67,9 +67,11 @@ class Communicator:
     # `keep_transfers` transfers, in all, for its details
     uncontended_min_transfers: int | None = None
     keep_transfers: int = 0
-    # per collective (its index in `spans`): how many of its first steps to play on the flow
-    # network before the rest is played, where other work met its start (training/step.py)
-    head_steps: dict[int, int] = field(default_factory=dict)
+    # per collective (its index in `spans`): (how many of its first steps to take out of its
+    # play, per rank how many of those are flows), where other work met its start
+    # (training/step.py). A transfer of step k between ranks i and j is a flow where k <
+    # max(flows[i], flows[j]), else timed as if alone on its route (checked after the run).
+    head_steps: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
     # NCCL's view of the machine, shared by the communicators of one run played again on a
     # cluster built afresh from the same topology (its plans keep their routes per cluster)
     nccl_states: dict[tuple, nccl.NcclState] = field(default_factory=dict, repr=False)
@@ -296,12 +298,12 @@ class FlowModel(CostModel):
         schedule = _schedule(comm.algorithm, comm.cluster.ranks, count, groups)
         if (comm.uncontended_min_transfers is not None and comm.chunks == 1
                 and schedule.transfers() >= comm.uncontended_min_transfers):
-            head = comm.head_steps.get(len(comm.spans), 0)
+            head, flow_steps = comm.head_steps.get(len(comm.spans), (0, None))
             first_steps, played = comm.split(schedule, head) if head else (None, schedule)
             plan = comm.play_plan(played, nbytes)
             if plan is not None:
-                if first_steps is not None:  # on the flow network, beside the work that met them
-                    entry = play_schedule(comm, entry, first_steps, nbytes, label)
+                if first_steps is not None:  # beside the work that met them
+                    entry = play_schedule(comm, entry, first_steps, nbytes, label, flow_steps=flow_steps)
                 if comm._budget is None:
                     comm._budget = TransferBudget(comm.keep_transfers)
                 play = comm._play = UncontendedPlay(plan, comm.gamma_s_per_byte, entry, comm._budget,
@@ -345,11 +347,13 @@ def _participants(cluster: Cluster, schedule: Schedule) -> tuple[str, ...]:
 
 
 def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nbytes: float,
-                  label: str) -> np.ndarray:
+                  label: str, flow_steps: np.ndarray | None = None) -> np.ndarray:
     """Play a schedule: a transfer of step k starts when its sender and its receiver have
     both finished their earlier steps (per-rank rendezvous); after receiving a reduce step
     a rank spends gamma per byte reduced. With chunks, the buffer is cut into pieces that
-    run the schedule one after another on every pair, so they pipeline."""
+    run the schedule one after another on every pair, so they pipeline. With `flow_steps`
+    (per rank), a transfer of step k between ranks i and j is a flow where k <
+    max(flow_steps[i], flow_steps[j]), else a delay timed as if alone on its route."""
     cluster, graph = comm.cluster, comm.graph
     p = cluster.ranks
     count = schedule.count
@@ -373,8 +377,13 @@ def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nby
             dst = np.concatenate([st.dst for st in block_steps])
             amount = np.concatenate([st.size for st in block_steps]) * bytes_per_element
             routes = cluster.pair_routes(participants, src, dst)
-            transfers = graph.add(FLOW, routes, amount, np.where(src < p, src, dst), COMMUNICATION,
-                                  f"{label}: transfer", detail=step_of + b0)
+            owner = np.where(src < p, src, dst)
+            if flow_steps is None:
+                transfers = graph.add(FLOW, routes, amount, owner, COMMUNICATION, f"{label}: transfer",
+                                      detail=step_of + b0)
+            else:
+                transfers = _transfers_timed_apart(graph, routes, amount, owner, step_of + b0,
+                                                   _flow_steps_of(flow_steps, src, dst, p), f"{label}: transfer")
             # who takes part in which step: one "step done" task per (step, participant)
             takes_part = np.zeros((len(block_steps), n_part), dtype=bool)
             takes_part[step_of, src] = True
@@ -414,6 +423,29 @@ def play_schedule(comm: Communicator, entry: np.ndarray, schedule: Schedule, nby
             graph.depend(last, exits)
     # a rank that took no part in any step (p == 1) leaves as it joined
     return np.where(exits >= 0, exits, entry)
+
+
+def _flow_steps_of(flow_steps: np.ndarray, src: np.ndarray, dst: np.ndarray, p: int) -> np.ndarray:
+    """Per transfer, the steps of its pair that go on the flow network: its ranks' most (a
+    participant that is no rank, such as a parameter server, puts all of them there)."""
+    big = np.iinfo(np.int64).max
+    return np.maximum(np.where(src < p, flow_steps[np.minimum(src, p - 1)], big),
+                      np.where(dst < p, flow_steps[np.minimum(dst, p - 1)], big))
+
+
+def _transfers_timed_apart(graph: TaskGraph, routes: np.ndarray, amount: np.ndarray, owner: np.ndarray,
+                           step: np.ndarray, flow_steps: np.ndarray, label: str) -> np.ndarray:
+    """The transfers as flows where their step is below `flow_steps`, else as delays with
+    their route (timed as if alone on it); ids in the order given."""
+    flows = step < flow_steps
+    ids = np.empty(step.size, dtype=np.int64)
+    ids[flows] = graph.add(FLOW, routes[flows], amount[flows], owner[flows], COMMUNICATION, label,
+                           detail=step[flows])
+    apart = ~flows
+    if apart.any():
+        ids[apart] = graph.add(DELAY, routes[apart], amount[apart], owner[apart], COMMUNICATION, label,
+                               detail=step[apart])
+    return ids
 
 
 def _extra_node(cluster: Cluster, name: str) -> str:

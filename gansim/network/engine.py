@@ -54,6 +54,13 @@ CATEGORIES = ("compute", "communication", "data", "overhead", "sync")
 COMPUTE, COMMUNICATION, DATA, OVERHEAD, SYNC = range(len(CATEGORIES))
 
 
+def moved_alone(kind: np.ndarray, route: np.ndarray, category: np.ndarray) -> np.ndarray:
+    """Which tasks are transfers timed as if alone on their routes: delays with a route that
+    move a collective's bytes (first steps of a played collective that meet no other work,
+    gansim/training/step.py), as opposed to other work that ran alone."""
+    return ran_alone(kind, route) & (category == COMMUNICATION)
+
+
 class Labels:
     """Interned strings: each distinct label stored once, tasks keep its number."""
 

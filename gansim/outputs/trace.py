@@ -37,6 +37,7 @@ from gansim.network.engine import (
     FLOW,
     OVERHEAD,
     Labels,
+    moved_alone,
 )
 from gansim.training.step import RunTimeline
 
@@ -261,11 +262,12 @@ def _send_parts(timeline: RunTimeline, span, until: float, shown: int,
     non-rank sender)."""
     g, ex = timeline.graph, timeline.execution
     p = timeline.cluster.ranks
-    # the transfers on the flow network (all of them, or a played collective's first steps'),
-    # then the ones its play kept
+    # the transfers on the flow network or timed as if alone (all of them, or a played
+    # collective's first steps'), then the ones its play kept
     lo, hi = span.transfers
     ids = np.arange(lo, hi)
-    sel = ids[(g.kind[ids] == FLOW) & (ex.start[ids] < until) & (ex.end[ids] > ex.start[ids]) & (g.rank[ids] >= 0)
+    moved = (g.kind[ids] == FLOW) | moved_alone(g.kind[ids], g.route[ids], g.category[ids])
+    sel = ids[moved & (ex.start[ids] < until) & (ex.end[ids] > ex.start[ids]) & (g.rank[ids] >= 0)
               & (g.rank[ids] < shown)]
     parts = [_part(g.rank[sel], 5, ex.start[sel], ex.end[sel], g.label[sel], g.route[sel], g.amount[sel],
                    g.detail[sel])]
@@ -284,7 +286,9 @@ def link_intervals(timeline: RunTimeline, until: float) -> tuple[np.ndarray, ...
     g, ex = timeline.graph, timeline.execution
     links = timeline.cluster.topology.num_links
     early = np.flatnonzero(ex.start < until)
-    sel = early[(g.kind[early] == FLOW) & (g.category[early] != COMPUTE) & (ex.end[early] > ex.start[early])]
+    moved = ((g.kind[early] == FLOW) & (g.category[early] != COMPUTE)) | moved_alone(
+        g.kind[early], g.route[early], g.category[early])
+    sel = early[moved & (ex.end[early] > ex.start[early])]
     routes, starts, ends, amounts = [g.route[sel]], [ex.start[sel]], [ex.end[sel]], [g.amount[sel]]
     for span in timeline.spans:
         rec = span.play.recorded if span.play is not None else None

@@ -31,6 +31,7 @@ from gansim.network.engine import (
     TaskGraph,
     execute,
     carried_work,
+    moved_alone,
     ran_alone,
 )
 from gansim.network.pools import PooledGroup, groups_overlap
@@ -114,7 +115,7 @@ def ddp_buckets(tensor_bytes: list[float], first_bucket: float, bucket: float) -
 
 class StepBuilder:
     def __init__(self, cluster: Cluster, graph: TaskGraph, comm: Communicator, point: RunPoint, alone: bool,
-                 pooled: bool = False):
+                 pooled: bool = False, flow_phases: frozenset[str] = frozenset()):
         self.cluster = cluster
         self.graph = graph
         self.comm = comm
@@ -131,6 +132,8 @@ class StepBuilder:
         # messages, which its core moves).
         large = self.large = alone and cluster.ranks >= uncontended_plays.UNCONTENDED_MIN_RANKS
         self.compute_kind = DELAY if large and cluster.private_compute else FLOW
+        # compute phases (by label) that met other work when timed alone: flows in any case
+        self.flow_phases = flow_phases
         self.loader_kind = DELAY if large and cluster.private_loader else FLOW
         # With `pooled`, input pipelines that share their host's cores (and nothing else) are
         # timed per pool without events (gansim/network/pools.py), each phase once every
@@ -158,7 +161,8 @@ class StepBuilder:
 
     def compute(self, after: np.ndarray, seconds: float, label: str) -> np.ndarray:
         amounts = seconds * self.variability() * self.cluster.work_scale
-        tasks = self.graph.add(self.compute_kind, self.cluster.compute_route, amounts, self.ranks, COMPUTE, label)
+        kind = FLOW if label in self.flow_phases else self.compute_kind
+        tasks = self.graph.add(kind, self.cluster.compute_route, amounts, self.ranks, COMPUTE, label)
         self.graph.depend(after, tasks)
         return tasks
 
@@ -375,33 +379,44 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
     the details; from UNCONTENDED_MIN_RANKS ranks, compute phases, input phases and
     host-to-device copies alone on their resources are delays. If, after the run, such a
     delay turns out to have shared its resources with something, the run is played again
-    with that work as flows; where that is sure as the run is built (fp16 compression of
+    with the compute phases that did as flows (by label, `_as_flows`; all of that work where
+    input phases or copies did); where that is sure as the run is built (fp16 compression of
     DDP's first bucket beside the next piece of the backward on one GPU: StepBuilder.
     delays_meet), it is built again so before it is played.
     If a play did, and only its first steps met other work (a CPU rank's core still computing
     the backward while DDP's first bucket is all-reduced on it), the run is played again with
-    those first steps on the flow network and the rest played (`_longer_heads`), and the
-    delays that met it as flows; else wholly on the flow network."""
+    those first steps taken out of the play (`_longer_heads`) and the compute phases that met
+    it as flows (`_as_flows`: by label, the others staying delays); else wholly on the flow
+    network. The transfers of those first steps are timed as if alone at first, and after
+    the run each that met something puts its rank's transfers on the flow network up to a
+    step past it (`_heads_met`), and the run is played again: only the first steps that
+    meet the backward cost events."""
     threshold = uncontended_plays.UNCONTENDED_MIN_TRANSFERS if uncontended else None
     alone, heads = uncontended, {}
+    flow_phases: frozenset[str] = frozenset()
     nccl_states: dict = {}  # NCCL's view of the machine, worked out once for every play of the run
     timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
                          alone, pooled=uncontended, heads=heads, nccl_states=nccl_states)
     for _ in range(_MAX_REPLAYS):
         shared = _WORK if timeline is None else _what_was_shared(timeline)
         if shared is None:
-            return timeline
-        if shared == _WORK and alone:
-            alone = False
+            met = _heads_met(timeline, heads) if heads else None
+            if met is None:
+                return timeline
+            heads = met
+        elif shared == _WORK and alone:
+            flow_phases, alone = _as_flows(timeline, flow_phases)
         elif shared == _PLAYS and (longer := _longer_heads(timeline, heads)) is not None:
-            # work timed as alone that met a play would meet its first steps as flows too
-            heads, alone = longer[0], alone and not longer[1]
+            heads = longer[0]
+            if longer[1] and alone:
+                # work timed as alone that met a play would meet its first steps as flows too
+                flow_phases, alone = _as_flows(timeline, flow_phases)
         else:
             break
         # (let go before the run is built again: at 16,384 GPUs its graph is hundreds of MB)
         del timeline
         timeline = _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, threshold,
-                             alone, heads=heads, nccl_states=nccl_states)
+                             alone, heads=heads, nccl_states=nccl_states, flow_phases=flow_phases)
     del timeline
     return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers, None, False,
                      nccl_states=nccl_states)
@@ -410,17 +425,19 @@ def simulate(cluster_factory, workload: Workload, phases: StepPhases | None, poi
 # what _what_was_shared finds: a play met something, or only work timed as alone did
 _PLAYS, _WORK = "plays", "work"
 # runs played again before the flow network plays the whole run
-_MAX_REPLAYS = 4
+_MAX_REPLAYS = 6
 
 
 def _shared_rows(timeline: RunTimeline) -> tuple[list[uncontended_plays.UncontendedPlay], tuple[np.ndarray, ...],
                                                   tuple[np.ndarray, ...]]:
-    """The run's plays; and, as (resource, start, end) rows, its flows on the resources that
-    plays or work timed as alone used, and that work's own. Host core pools that cannot
-    bind (Cluster.idle_pools) are no one's to share."""
+    """The run's plays; and, as (resource, start, end) rows, its flows (and transfers
+    timed as if alone, which a play must not meet either) on the resources that plays or work
+    timed as alone used, and that work's own. Host core pools that cannot bind
+    (Cluster.idle_pools) are no one's to share."""
     g, ex = timeline.graph, timeline.execution
     plays = [span.play for span in timeline.spans if span.play is not None]
-    alone = np.flatnonzero(ran_alone(g.kind, g.route))
+    apart = moved_alone(g.kind, g.route, g.category)
+    alone = np.flatnonzero(ran_alone(g.kind, g.route) & ~apart)
     network = timeline.cluster.network
     alone_row, alone_resource = network.route_pairs(g.route[alone])
     idle = np.zeros(network.capacity.size, dtype=bool)
@@ -432,7 +449,7 @@ def _shared_rows(timeline: RunTimeline) -> tuple[list[uncontended_plays.Unconten
     wanted[alone_resource] = True
     for play in plays:
         wanted[play.resource_spans()[0]] = True
-    flows = np.flatnonzero(g.kind == FLOW)
+    flows = np.flatnonzero((g.kind == FLOW) | apart)
     flow_row, flow_resource = network.route_pairs_on(g.route[flows], wanted)
     flow_rows = (flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row])
     alone_rows = (alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
@@ -456,13 +473,86 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     return _WORK if uncontended_plays.contended([], *flow_rows, *alone_rows) else None
 
 
-def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> tuple[dict[int, int], bool] | None:
-    """Per collective (its index among the run's), how many first steps to play on the flow
-    network so that what met its play meets only those: the steps the play took until the
-    last of the work that met it ended (its share of the play's time, as a ring's steps take
-    alike), a quarter more, and at least twice as many as before; and whether work timed as
-    alone met a play. None where that cannot help: a play met something until its end, left
-    a rank early, or would need half its steps or more on the flow network."""
+def _as_flows(timeline: RunTimeline | None, flow_phases: frozenset[str]) -> tuple[frozenset[str], bool]:
+    """After a run in which work timed as alone met something: the compute phases (labels)
+    to build as flows from now on, and whether other work may stay timed as alone. Where
+    only compute phases met (on their ranks' resources, anything there at the same time: a
+    flow, a play, other such work), those phases become flows and the rest stays as it was;
+    else (input phases or copies met, or no new phase is found) all of it becomes flows, as
+    before phases were told apart."""
+    if timeline is None:
+        return flow_phases, False
+    met = _phases_met(timeline)
+    if met is None or met <= flow_phases:
+        return flow_phases, False
+    return flow_phases | met, True
+
+
+def _phases_met(timeline: RunTimeline) -> frozenset[str] | None:
+    """The labels of the compute phases timed as alone that shared a resource, at the same
+    time, with anything else the run put on it (flows, transfers timed alone, plays, other
+    work timed alone); None where other work timed as alone did, or pooled input phases met."""
+    if groups_overlap(timeline.pooled):
+        return None
+    g, ex = timeline.graph, timeline.execution
+    network = timeline.cluster.network
+    apart = moved_alone(g.kind, g.route, g.category)  # (checked on their own: _heads_met)
+    alone = np.flatnonzero(ran_alone(g.kind, g.route) & ~apart)
+    if not alone.size:
+        return None
+    idle = np.zeros(network.capacity.size, dtype=bool)
+    idle[list(timeline.cluster.idle_pools)] = True
+    a_row, a_res = network.route_pairs(g.route[alone])
+    keep = ~idle[a_res]
+    a_row, a_res = a_row[keep], a_res[keep]
+    wanted = np.zeros(network.capacity.size, dtype=bool)
+    wanted[a_res] = True
+    flows = np.flatnonzero((g.kind == FLOW) | apart)
+    f_row, f_res = network.route_pairs_on(g.route[flows], wanted)
+    res = [a_res, f_res]
+    lo = [ex.start[alone][a_row], ex.start[flows][f_row]]
+    hi = [ex.end[alone][a_row], ex.end[flows][f_row]]
+    for span in timeline.spans:
+        if span.play is not None:
+            used, first, last = span.play.resource_spans()
+            on = wanted[used]
+            res.append(used[on])
+            lo.append(first[on])
+            hi.append(last[on])
+    task = np.concatenate([alone[a_row], np.full(sum(r.size for r in res[1:]), -1)])
+    res, lo, hi = (np.concatenate(x) for x in (res, lo, hi))
+    moving = hi > lo
+    res, lo, hi, task = res[moving], lo[moving], hi[moving], task[moving]
+    order = np.lexsort((hi, lo, res))
+    res, lo, hi, task = res[order], lo[order], hi[order], task[order]
+    # a row meets another on its resource where one before it reaches past its start, or the
+    # next one starts before its end (rows by start; resources apart by more than every time)
+    width = float(max(hi.max(), 0.0)) - float(min(lo.min(), 0.0)) + 1.0 if res.size else 1.0
+    reach = np.maximum.accumulate(hi + res * width)
+    same_next = np.r_[res[1:] == res[:-1], False]
+    met = np.r_[False, (reach[:-1] > lo[1:] + res[1:] * width)] | (same_next & (np.r_[lo[1:], np.inf] < hi))
+    met_tasks = np.unique(task[met & (task >= 0)])
+    if not met_tasks.size:
+        return None
+    if not (g.category[met_tasks] == COMPUTE).all():
+        return None
+    return frozenset(g.labels[label] for label in np.unique(g.label[met_tasks]).tolist())
+
+
+# per collective (its index among the run's): how many first steps to take out of its play,
+# and per rank how many of those are flows (Communicator.head_steps)
+Heads = dict[int, tuple[int, np.ndarray]]
+
+
+def _longer_heads(timeline: RunTimeline, heads: Heads) -> tuple[Heads, bool] | None:
+    """Per collective (its index among the run's), how many first steps to take out of its
+    play so that what met the play meets only those: the steps the play took until the last
+    of the work that met it ended (its share of the play's time, as a ring's steps take
+    alike), a quarter more, and at least twice as many as before. Of those, each rank's
+    transfers stay timed as if alone as far as they were (from none: _heads_met puts those
+    that met something on the flow network). Also whether work timed as alone met a play.
+    None where that cannot help: a play met something until its end, left a rank early, or
+    would need half its steps or more taken out."""
     plays, flow_rows, alone_rows = timeline.shared_rows
     res, lo, hi = (np.concatenate(x) for x in zip(flow_rows, alone_rows))
     # who used each row: -2 work timed as alone, -1 a flow, i >= 0 the i-th play
@@ -471,6 +561,7 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> tuple[dict[in
     res, lo, hi = (np.concatenate([a, *(span[i] for span in spans)]) for i, a in enumerate((res, lo, hi)))
     owner = np.concatenate([owner, *(np.full(span[0].size, i) for i, span in enumerate(spans))])
     indices = [k for k, span in enumerate(timeline.spans) if span.play is not None]
+    p = timeline.cluster.ranks
     longer = dict(heads)
     met_alone = False
     for i, (play, (used, first, last)) in enumerate(zip(plays, spans)):
@@ -486,13 +577,122 @@ def _longer_heads(timeline: RunTimeline, heads: dict[int, int]) -> tuple[dict[in
         start, end, met_until = float(first.min()), float(last.max()), float(hi[met].max())
         if met_until >= end:
             return None
-        head = heads.get(indices[i], 0)
+        head, flow_steps = heads.get(indices[i], (0, np.zeros(p, dtype=np.int64)))
         steps = len(play.plan.schedule.steps)
         more = int(np.ceil(steps * (met_until - start) / (end - start) * 1.25)) + 1
-        longer[indices[i]] = max(2 * head, head + more)
-        if 2 * longer[indices[i]] > head + steps:
+        total = max(2 * head, head + more)
+        if 2 * total > head + steps:
             return None
-    return (longer, met_alone) if longer != heads else None
+        longer[indices[i]] = (total, flow_steps)
+    return (longer, met_alone) if any(longer[k][0] != heads.get(k, (0,))[0] for k in longer) else None
+
+
+def _heads_met(timeline: RunTimeline, heads: Heads) -> Heads | None:
+    """None where every first-step transfer timed as if alone moved as it would have on the
+    flow network: on each resource it crossed, while it moved, what crossed the resource
+    (flows and transfers timed alone) would fit in its capacity each at its alone rate. Each
+    flow then had its rate on the flow network with the resource's spare capacity left over,
+    and each of those transfers its alone rate, which is what max-min fairness gives all of
+    them together. Else the heads with, for the rank whose compute resource each that did
+    not met something on (or, on another resource, its two ranks), their transfers on the
+    flow network to a step past it (at most all of the collective's first steps)."""
+    g, ex = timeline.graph, timeline.execution
+    network = timeline.cluster.network
+    apart = np.flatnonzero(moved_alone(g.kind, g.route, g.category))
+    if not apart.size:
+        return None
+    a_row, a_res, a_weight = network.binding_pairs(g.route[apart])
+    wanted = np.zeros(network.capacity.size, dtype=bool)
+    wanted[a_res] = True
+    flows = np.flatnonzero(g.kind == FLOW)
+    f_row, f_res, f_weight = network.binding_pairs(g.route[flows])
+    on = wanted[f_res]
+    f_row, f_res = f_row[on], f_res[on]
+    f_weight = None if f_weight is None else f_weight[on]
+
+    def rows(tasks: np.ndarray, row: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        # while each moves (after its route's latency, until it ends), at its alone rate
+        routes = g.route[tasks]
+        lo = (ex.start[tasks] + network.route_latency(routes))[row]
+        load = network.alone_rate(routes)[row] * (1.0 if weight is None else weight)
+        return lo, ex.end[tasks][row], load
+
+    a_lo, a_hi, a_load = rows(apart, a_row, a_weight)
+    f_lo, f_hi, f_load = rows(flows, f_row, f_weight)
+    over = _overloaded(np.concatenate([a_res, f_res]), np.concatenate([a_lo, f_lo]), np.concatenate([a_hi, f_hi]),
+                       np.concatenate([a_load, f_load]), network.capacity)
+    bad_row = _meets(a_res, a_lo, a_hi, *over)
+    if not bad_row.any():
+        return None
+    p = timeline.cluster.ranks
+    # whose the resource each met on is: the rank whose compute it is (else both of its ranks)
+    rank_of_resource = np.full(network.capacity.size, -1, dtype=np.int64)
+    rank_of_resource[timeline.cluster.compute_resource] = np.arange(p)
+    bad_task, bad_rank = apart[a_row[bad_row]], rank_of_resource[a_res[bad_row]]
+    longer = {k: (head, flow_steps.copy()) for k, (head, flow_steps) in heads.items()}
+    for k, span in enumerate(timeline.spans):
+        lo_id, hi_id = span.transfers
+        mine = (bad_task >= lo_id) & (bad_task < hi_id)
+        if not mine.any() or k not in longer:
+            continue
+        head, flow_steps = longer[k]
+        for task, rank in set(zip(bad_task[mine].tolist(), bad_rank[mine].tolist())):
+            # its ranks: the one whose compute it met, else its owner and those of the steps it
+            # ends (its ends' "step done"); their transfers are flows a step past it
+            step = int(g.detail[task])
+            for r in ({rank} if rank >= 0 else {int(g.rank[task]), *_successor_ranks(g, task)}):
+                if 0 <= r < p:
+                    flow_steps[r] = min(max(int(flow_steps[r]), step + 2), head)
+    return longer
+
+
+def _successor_ranks(g: FrozenGraph, task: int) -> list[int]:
+    lo, hi = int(g.succ_ptr[task]), int(g.succ_ptr[task + 1])
+    return g.rank[g.succ[lo:hi]].tolist()
+
+
+def _meets(res: np.ndarray, lo: np.ndarray, hi: np.ndarray, o_res: np.ndarray, o_lo: np.ndarray,
+           o_hi: np.ndarray) -> np.ndarray:
+    """Per row (resource, lo, hi), whether it overlaps one of the `o_*` intervals on its
+    resource (which do not overlap one another)."""
+    if not res.size or not o_res.size:
+        return np.zeros(res.size, dtype=bool)
+    span = float(max(hi.max(), o_hi.max(), 0.0)) - float(min(lo.min(), o_lo.min(), 0.0)) + 1.0
+    order = np.lexsort((o_lo, o_res))
+    o_res, o_lo, o_hi = o_res[order], o_lo[order] + o_res[order] * span, o_hi[order] + o_res[order] * span
+    at = np.searchsorted(o_lo, hi + res * span, side="left") - 1
+    found = at >= 0
+    at = np.maximum(at, 0)
+    return found & (o_res[at] == res) & (o_hi[at] > lo + res * span) & (hi > lo)
+
+
+def _overloaded(res: np.ndarray, lo: np.ndarray, hi: np.ndarray, load: np.ndarray,
+                capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals (resource, lo, hi) in which the rows moving on a resource together, at
+    their loads, exceed its capacity."""
+    moving = hi > lo
+    n = int(moving.sum())
+    r = np.concatenate([res[moving], res[moving]])
+    t = np.concatenate([lo[moving], hi[moving]])
+    delta = np.concatenate([load[moving], -load[moving]])
+    ending = np.concatenate([np.zeros(n, dtype=bool), np.ones(n, dtype=bool)])
+    # by resource, then time, ends before starts at one instant (touching is not overlapping)
+    order = np.lexsort((~ending, t, r))
+    r, t, delta = r[order], t[order], delta[order]
+    total = np.cumsum(delta)
+    first = np.r_[True, r[1:] != r[:-1]]
+    began = np.maximum.accumulate(np.where(first, np.arange(r.size), 0))
+    carried = total - np.r_[0.0, total][began]  # each resource's own running sum, after each event
+    # between an event and the next one of the same resource
+    inside = np.r_[r[1:] == r[:-1], False]
+    over = inside & (carried > capacity[r] * (1 + _CAPACITY_RTOL))
+    at = np.flatnonzero(over)
+    return r[at], t[at], t[at + 1]
+
+
+# loads of transfers timed alone count as fitting a resource's capacity to this relative
+# precision (two at half its capacity each fill it exactly, up to rounding)
+_CAPACITY_RTOL = 1e-9
 
 
 def _flows_on_pools(graph: FrozenGraph, cluster: Cluster) -> bool:
@@ -509,8 +709,8 @@ def _flows_on_pools(graph: FrozenGraph, cluster: Cluster) -> bool:
 
 def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, point: RunPoint,
               gamma_s_per_byte: float, keep_transfers: int, uncontended_min_transfers: int | None,
-              alone: bool, pooled: bool = False, heads: dict[int, int] | None = None, *,
-              nccl_states: dict) -> RunTimeline | None:
+              alone: bool, pooled: bool = False, heads: Heads | None = None, *,
+              nccl_states: dict, flow_phases: frozenset[str] = frozenset()) -> RunTimeline | None:
     env = simpy.Environment()
     cluster: Cluster = cluster_factory(env)
     graph = TaskGraph()
@@ -520,7 +720,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
                                     uncontended_min_transfers=uncontended_min_transfers,
                                     keep_transfers=keep_transfers, head_steps=dict(heads or {}),
                                     nccl_states=nccl_states)
-    builder = StepBuilder(cluster, graph, comm, point, alone, pooled)
+    builder = StepBuilder(cluster, graph, comm, point, alone, pooled, flow_phases)
     after = np.full(cluster.ranks, -1, dtype=np.int64)
     step_ends = []
     if isinstance(workload, AllreduceWorkload):
@@ -551,6 +751,7 @@ def _simulate(cluster_factory, workload: Workload, phases: StepPhases | None, po
         # clock had passed the start of a flow they released: built again with them as flows
         del frozen, graph, builder, comm
         return _simulate(cluster_factory, workload, phases, point, gamma_s_per_byte, keep_transfers,
-                         uncontended_min_transfers, alone, pooled=False, heads=heads, nccl_states=nccl_states)
+                         uncontended_min_transfers, alone, pooled=False, heads=heads, nccl_states=nccl_states,
+                         flow_phases=flow_phases)
     return RunTimeline(cluster, frozen, execution, comm.spans, np.array(step_ends), point.steps, grad_bytes,
                        builder.pooled_groups)
