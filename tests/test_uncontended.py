@@ -1020,3 +1020,32 @@ def test_transfers_timed_alone_fit_beside_what_else_moves_until_a_resource_is_ov
     assert [a.tolist() for a in over] == [[0], [1.5], [2.0]]
     rows = (np.array([0, 0, 0, 0, 1]), np.array([0.0, 1.9, 2.0, 0.5, 1.5]), np.array([1.5, 2.5, 3.0, 1.6, 1.8]))
     assert _meets(*rows, *over).tolist() == [False, True, False, True, False]
+
+
+def test_the_trace_shows_copies_that_ran_alone_on_their_links(monkeypatch):
+    """Host-to-device copies timed as alone work (delays with their route) cross the PCIe
+    links as the flows they stand for do: the trace's link view is the same either way."""
+    import json
+
+    from gansim.network.engine import DATA
+    from gansim.outputs.trace import chrome_trace
+
+    def links(delays: bool) -> tuple[list, int]:
+        monkeypatch.setattr(uncontended, "UNCONTENDED_MIN_RANKS", 0 if delays else 10**18)
+        topo = topology_from_dict({"name": "multi_node", **TOPOLOGIES["multi_node"]}, "test")
+        scenario = Scenario(name="t", topology="t", workload=GAN, gpus=[12], algorithms=["ring"], steps=2)
+        box = {}
+
+        def look(timeline) -> None:
+            g = timeline.graph
+            box["alone copies"] = int((ran_alone(g.kind, g.route) & (g.category == DATA)).sum())
+            box["doc"] = json.loads(chrome_trace(timeline, "t"))
+
+        simulate_point(scenario, topo, 12, "ring", on_timeline=look)
+        events = sorted((e["ts"], e["dur"], e["pid"], e["name"]) for e in box["doc"]["traceEvents"]
+                        if e.get("cat") == "link")
+        return events, box["alone copies"]
+
+    (as_delays, copies), (as_flows, none) = links(True), links(False)
+    assert copies > 0 and none == 0
+    assert as_delays and as_delays == as_flows

@@ -37,6 +37,7 @@ from gansim.network.engine import (
     FLOW,
     OVERHEAD,
     Labels,
+    carried_work,
     moved_alone,
 )
 from gansim.training.step import RunTimeline
@@ -286,8 +287,9 @@ def link_intervals(timeline: RunTimeline, until: float) -> tuple[np.ndarray, ...
     g, ex = timeline.graph, timeline.execution
     links = timeline.cluster.topology.num_links
     early = np.flatnonzero(ex.start < until)
-    moved = ((g.kind[early] == FLOW) & (g.category[early] != COMPUTE)) | moved_alone(
-        g.kind[early], g.route[early], g.category[early])
+    # what crossed links: flows, transfers timed as if alone and copies that ran alone (not
+    # compute, whose routes cross no link)
+    moved = carried_work(g.kind[early], g.route[early]) & (g.category[early] != COMPUTE)
     sel = early[moved & (ex.end[early] > ex.start[early])]
     routes, starts, ends, amounts = [g.route[sel]], [ex.start[sel]], [ex.end[sel]], [g.amount[sel]]
     for span in timeline.spans:
