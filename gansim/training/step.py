@@ -90,9 +90,9 @@ class RunTimeline:
 
     @cached_property
     def shared_rows(self) -> tuple[list[uncontended_plays.UncontendedPlay], tuple[np.ndarray, ...],
-                                   tuple[np.ndarray, ...]]:
-        """_shared_rows of the run, worked out once: what was shared, and how long heads
-        must be, both ask."""
+                                   tuple[np.ndarray, ...], np.ndarray]:
+        """_shared_rows of the run, worked out once: what was shared, how long heads must be
+        and which compute phases met something all ask."""
         return _shared_rows(self)
 
 
@@ -429,11 +429,11 @@ _MAX_REPLAYS = 6
 
 
 def _shared_rows(timeline: RunTimeline) -> tuple[list[uncontended_plays.UncontendedPlay], tuple[np.ndarray, ...],
-                                                  tuple[np.ndarray, ...]]:
+                                                  tuple[np.ndarray, ...], np.ndarray]:
     """The run's plays; and, as (resource, start, end) rows, its flows (and transfers
     timed as if alone, which a play must not meet either) on the resources that plays or work
-    timed as alone used, and that work's own. Host core pools that cannot bind
-    (Cluster.idle_pools) are no one's to share."""
+    timed as alone used, and that work's own, with the task of each of these. Host core
+    pools that cannot bind (Cluster.idle_pools) are no one's to share."""
     g, ex = timeline.graph, timeline.execution
     plays = [span.play for span in timeline.spans if span.play is not None]
     apart = moved_alone(g.kind, g.route, g.category)
@@ -453,7 +453,7 @@ def _shared_rows(timeline: RunTimeline) -> tuple[list[uncontended_plays.Unconten
     flow_row, flow_resource = network.route_pairs_on(g.route[flows], wanted)
     flow_rows = (flow_resource, ex.start[flows][flow_row], ex.end[flows][flow_row])
     alone_rows = (alone_resource, ex.start[alone][alone_row], ex.end[alone][alone_row])
-    return plays, flow_rows, alone_rows
+    return plays, flow_rows, alone_rows, alone[alone_row]
 
 
 def _what_was_shared(timeline: RunTimeline) -> str | None:
@@ -464,7 +464,7 @@ def _what_was_shared(timeline: RunTimeline) -> str | None:
     g = timeline.graph
     if not any(span.play is not None for span in timeline.spans) and not ran_alone(g.kind, g.route).any():
         return _WORK if groups_overlap(timeline.pooled) else None
-    plays, flow_rows, alone_rows = timeline.shared_rows
+    plays, flow_rows, alone_rows, _ = timeline.shared_rows
     # first as flows would be (a play beside them stays contended whatever they become)
     if plays and uncontended_plays.contended(plays, *(np.concatenate(x) for x in zip(flow_rows, alone_rows))):
         return _PLAYS
@@ -494,33 +494,11 @@ def _phases_met(timeline: RunTimeline) -> frozenset[str] | None:
     work timed alone); None where other work timed as alone did, or pooled input phases met."""
     if groups_overlap(timeline.pooled):
         return None
-    g, ex = timeline.graph, timeline.execution
-    network = timeline.cluster.network
-    apart = moved_alone(g.kind, g.route, g.category)  # (checked on their own: _heads_met)
-    alone = np.flatnonzero(ran_alone(g.kind, g.route) & ~apart)
-    if not alone.size:
-        return None
-    idle = np.zeros(network.capacity.size, dtype=bool)
-    idle[list(timeline.cluster.idle_pools)] = True
-    a_row, a_res = network.route_pairs(g.route[alone])
-    keep = ~idle[a_res]
-    a_row, a_res = a_row[keep], a_res[keep]
-    wanted = np.zeros(network.capacity.size, dtype=bool)
-    wanted[a_res] = True
-    flows = np.flatnonzero((g.kind == FLOW) | apart)
-    f_row, f_res = network.route_pairs_on(g.route[flows], wanted)
-    res = [a_res, f_res]
-    lo = [ex.start[alone][a_row], ex.start[flows][f_row]]
-    hi = [ex.end[alone][a_row], ex.end[flows][f_row]]
-    for span in timeline.spans:
-        if span.play is not None:
-            used, first, last = span.play.resource_spans()
-            on = wanted[used]
-            res.append(used[on])
-            lo.append(first[on])
-            hi.append(last[on])
-    task = np.concatenate([alone[a_row], np.full(sum(r.size for r in res[1:]), -1)])
-    res, lo, hi = (np.concatenate(x) for x in (res, lo, hi))
+    g = timeline.graph
+    plays, flow_rows, alone_rows, alone_tasks = timeline.shared_rows
+    spans = [play.resource_spans() for play in plays]
+    res, lo, hi = (np.concatenate([alone_rows[i], flow_rows[i], *(span[i] for span in spans)]) for i in range(3))
+    task = np.concatenate([alone_tasks, np.full(res.size - alone_tasks.size, -1)])
     moving = hi > lo
     res, lo, hi, task = res[moving], lo[moving], hi[moving], task[moving]
     order = np.lexsort((hi, lo, res))
@@ -553,7 +531,7 @@ def _longer_heads(timeline: RunTimeline, heads: Heads) -> tuple[Heads, bool] | N
     that met something on the flow network). Also whether work timed as alone met a play.
     None where that cannot help: a play met something until its end, left a rank early, or
     would need half its steps or more taken out."""
-    plays, flow_rows, alone_rows = timeline.shared_rows
+    plays, flow_rows, alone_rows, _ = timeline.shared_rows
     res, lo, hi = (np.concatenate(x) for x in zip(flow_rows, alone_rows))
     # who used each row: -2 work timed as alone, -1 a flow, i >= 0 the i-th play
     owner = np.concatenate([np.full(flow_rows[0].size, -1), np.full(alone_rows[0].size, -2)])
